@@ -1,0 +1,43 @@
+"""Transformer layers, each in `keras.ops` only (any Keras 3 backend)."""
+
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masking import (
+    causal_mask,
+    merge_attention_masks,
+    padding_mask,
+)
+from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.position_embedding import (
+    PositionEmbedding,
+    interpolate_positions,
+)
+from keras_transformer.layers.scaled_dot_product_attention import (
+    additive_attention,
+    masked_softmax,
+    scaled_dot_product_attention,
+)
+from keras_transformer.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_transformer.layers.token_and_position_embedding import (
+    TokenAndPositionEmbedding,
+)
+from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
+
+__all__ = [
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionEmbedding",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+    "additive_attention",
+    "causal_mask",
+    "interpolate_positions",
+    "masked_softmax",
+    "merge_attention_masks",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]

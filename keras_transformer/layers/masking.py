@@ -1,0 +1,70 @@
+"""Mask maths shared by every attention layer, as small pure functions.
+
+Every mask here is boolean, `True` where attention is *allowed*.  All the
+kinds a caller may give (query padding, key/value padding, causal, explicit)
+are merged in `merge_attention_masks` into one `(B, T, S)` mask, the single
+place where they meet.
+"""
+
+from keras import ops
+
+
+def padding_mask(token_ids, pad_id=0):
+    """`True` at real tokens: `token_ids != pad_id`, shape `(B, T)`."""
+    return ops.not_equal(token_ids, pad_id)
+
+
+def causal_mask(query_length, key_length, offset=0):
+    """Lower-triangular mask, `(T, S)`: query `i` sees keys `j <= i + offset`.
+
+    `offset` is the position of the first query in the key sequence; it is
+    non-zero when decoding step by step against a key/value cache.
+    """
+    row = ops.expand_dims(ops.arange(query_length, dtype="int32"), 1)  # (T, 1)
+    col = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)  # (1, S)
+    return ops.greater_equal(row + ops.cast(offset, "int32"), col)  # (T, S)
+
+
+def merge_attention_masks(
+    query,
+    key,
+    query_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    causal_offset=0,
+):
+    """AND every given mask into one boolean `(B, T, S)` mask, or `None`.
+
+    Args:
+        query: `(B, T, ...)` tensor, used for its static or dynamic shape.
+        key: `(B, S, ...)` tensor, used for its shape.
+        query_mask: optional `(B, T)` padding mask of the queries.
+        key_mask: optional `(B, S)` padding mask of the keys/values.
+        attention_mask: optional `(B, T, S)` or `(T, S)` explicit mask.
+        use_causal_mask: forbid attention to later positions.
+        causal_offset: position of the first query among the keys.
+    """
+    mask = None
+
+    def _and(a, b):
+        return b if a is None else ops.logical_and(a, b)
+
+    if query_mask is not None:
+        mask = _and(mask, ops.expand_dims(ops.cast(query_mask, "bool"), -1))  # (B, T, 1)
+    if key_mask is not None:
+        mask = _and(mask, ops.expand_dims(ops.cast(key_mask, "bool"), -2))  # (B, 1, S)
+    if use_causal_mask:
+        causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], causal_offset)
+        mask = _and(mask, ops.expand_dims(causal, 0))  # (1, T, S)
+    if attention_mask is not None:
+        attention_mask = ops.cast(attention_mask, "bool")
+        if len(attention_mask.shape) == 2:
+            attention_mask = ops.expand_dims(attention_mask, 0)  # (1, T, S)
+        mask = _and(mask, attention_mask)
+    if mask is None:
+        return None
+    batch = ops.shape(query)[0]
+    return ops.broadcast_to(
+        mask, (batch, ops.shape(query)[1], ops.shape(key)[1])
+    )  # (B, T, S)

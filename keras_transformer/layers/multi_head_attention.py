@@ -1,0 +1,285 @@
+"""Multi-head attention (Vaswani et al., 2017, Section 3.2.2)."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.layers.masking import merge_attention_masks
+from keras_transformer.layers.scaled_dot_product_attention import (
+    additive_attention,
+    scaled_dot_product_attention,
+)
+from keras_transformer.layers.validation import (
+    check_choice,
+    check_positive_int,
+    check_rate,
+)
+
+SCORERS = ("dot", "additive")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with masks and a key/value cache.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, where
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (Section 3.2.2); `num_heads`
+    is the paper's h, `key_dim` its d_k and `value_dim` its d_v.
+
+    When the query, key and value have the same width, the three projections
+    live in one kernel `(d_model, h, 2 d_k + d_v)`; self-attention then costs
+    a single matmul, and cross-attention slices the kernel.
+
+    Masking: the query padding mask, key/value padding mask, causal mask and an
+    explicit attention mask are AND-ed into one `(B, T, S)` mask.  Keras
+    masks on `query`, `value` and `key` are read automatically; the query mask
+    is put back on the output.  Masked scores are filled with the float32
+    minimum and the softmax runs in float32, so fully masked rows never NaN.
+
+    Args:
+        num_heads: h, the number of heads.
+        key_dim: d_k, width of each query/key head; `query_width // h` if None.
+        value_dim: d_v, width of each value head; `key_dim` if None.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; the query's width if None.
+        scorer: `"dot"` (scaled dot product, the paper) or `"additive"`
+            (Bahdanau et al., 2015: w^T tanh(q + k), no scaling).
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the biases.
+
+    Call arguments:
+        query: `(B, T, d_q)`.
+        value: `(B, S, d_v_in)`.
+        key: `(B, S, d_k_in)`, `value` if None.
+        query_mask / value_mask / key_mask: boolean padding masks `(B, T)`,
+            `(B, S)`, `(B, S)`; `key_mask` defaults to `value_mask`.
+        attention_mask: boolean `(B, T, S)` or `(T, S)`; `True` attends.
+        use_causal_mask: forbid attending to later positions.
+        return_attention_scores: also return the weights `(B, h, T, S)`.
+        training: enables dropout.
+        cache: a `(key, value)` pair of projected tensors `(B, S_max, h, d)`.
+            With `cache_update_index`, the new keys/values are written at that
+            position (self-attention decoding); without it, the cache is used
+            as the projected keys/values (precomputed cross-attention).
+        cache_update_index: position of the first query in the cache.
+
+    Returns:
+        The output `(B, T, output_dim)`; with `return_attention_scores`, a
+        tuple `(output, weights)`; when `cache` is given, the updated cache is
+        appended to the tuple.
+
+    Example:
+    >>> layer = keras_transformer.layers.MultiHeadAttention(num_heads=2)
+    >>> x = keras.random.normal((2, 5, 16))
+    >>> layer(x, x, use_causal_mask=True).shape
+    (2, 5, 16)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", NeurIPS 2017.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim=None,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        scorer="dot",
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.key_dim = check_positive_int("key_dim", key_dim, allow_none=True)
+        self.value_dim = check_positive_int("value_dim", value_dim, allow_none=True)
+        self.dropout = check_rate("dropout", dropout)
+        self.use_bias = use_bias
+        self.output_dim = check_positive_int("output_dim", output_dim, allow_none=True)
+        self.scorer = check_choice("scorer", scorer, SCORERS)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        query_width = query_shape[-1]
+        value_width = value_shape[-1]
+        key_width = value_width if key_shape is None else key_shape[-1]
+        if self.key_dim is None and query_width % self.num_heads != 0:
+            raise ValueError(
+                f"hidden_dim (the query width) must be divisible by num_heads; "
+                f"received hidden_dim={query_width}, num_heads={self.num_heads}."
+            )
+        h = self.num_heads
+        self._head_key_dim = self.key_dim or query_width // h
+        self._head_value_dim = self.value_dim or self._head_key_dim
+        dk, dv = self._head_key_dim, self._head_value_dim
+        self._output_width = self.output_dim or query_width
+        self._fused = query_width == key_width == value_width
+        if self._fused:
+            self.qkv_kernel = self._weight(
+                "qkv_kernel", (query_width, h, 2 * dk + dv), parts=(dk, dk, dv)
+            )
+            self.qkv_bias = self._bias("qkv_bias", (h, 2 * dk + dv))
+        else:
+            self.query_kernel = self._weight("query_kernel", (query_width, h, dk))
+            self.key_kernel = self._weight("key_kernel", (key_width, h, dk))
+            self.value_kernel = self._weight("value_kernel", (value_width, h, dv))
+            self.query_bias = self._bias("query_bias", (h, dk))
+            self.key_bias = self._bias("key_bias", (h, dk))
+            self.value_bias = self._bias("value_bias", (h, dv))
+        self.output_kernel = self._weight(
+            "output_kernel", (h, dv, self._output_width), fan_in_axes=2
+        )
+        self.output_bias = self._bias("output_bias", (self._output_width,))
+        if self.scorer == "additive":
+            self.score_weight = self._weight("score_weight", (h, dk))
+        self.dropout_layer.build(None)
+        self.built = True
+
+    def _weight(self, name, shape, parts=None, fan_in_axes=1):
+        """A kernel initialised as the 2-D matrix (or matrices) it stands for.
+
+        Keras' fan computation treats a 3-D kernel as a convolution; initialise
+        each projection as its `(fan_in, fan_out)` matrix instead, so that
+        Glorot scaling matches a dense layer of the same shape.
+        """
+        base = self.kernel_initializer
+        parts = parts or (shape[-1],)
+
+        def initializer(shape, dtype=None):
+            fan_in = int(np.prod(shape[:fan_in_axes]))
+            pieces = []
+            for width in parts:
+                piece_shape = (*shape[:-1], width)
+                flat = base((fan_in, int(np.prod(piece_shape)) // fan_in), dtype=dtype)
+                pieces.append(ops.reshape(flat, piece_shape))
+            return ops.concatenate(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
+
+        return self.add_weight(name=name, shape=shape, initializer=initializer)
+
+    def _bias(self, name, shape):
+        if not self.use_bias:
+            return None
+        return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
+
+    def _project(self, x, kernel, bias):
+        y = ops.einsum("btd,dhk->bthk", x, kernel)  # (B, T, h, k)
+        return y if bias is None else y + bias
+
+    def project_query(self, query):
+        """Q W^Q: `(B, T, d_q) -> (B, T, h, d_k)`."""
+        if not self._fused:
+            return self._project(query, self.query_kernel, self.query_bias)
+        dk = self._head_key_dim
+        bias = None if self.qkv_bias is None else self.qkv_bias[:, :dk]
+        return self._project(query, self.qkv_kernel[:, :, :dk], bias)
+
+    def project_key_value(self, value, key=None):
+        """(K W^K, V W^V): each `(B, S, h, d)`; precomputes a cross cache."""
+        key = value if key is None else key
+        if not self._fused:
+            return (
+                self._project(key, self.key_kernel, self.key_bias),
+                self._project(value, self.value_kernel, self.value_bias),
+            )
+        dk = self._head_key_dim
+        bias = None if self.qkv_bias is None else self.qkv_bias[:, dk:]
+        if key is value:
+            kv = self._project(value, self.qkv_kernel[:, :, dk:], bias)  # (B, S, h, dk+dv)
+            return kv[..., :dk], kv[..., dk:]
+        k_bias = None if bias is None else bias[:, :dk]
+        v_bias = None if bias is None else bias[:, dk:]
+        return (
+            self._project(key, self.qkv_kernel[:, :, dk : 2 * dk], k_bias),
+            self._project(value, self.qkv_kernel[:, :, 2 * dk :], v_bias),
+        )
+
+    def _project_all(self, query, value, key):
+        if self._fused and query is value and key is value:
+            qkv = self._project(query, self.qkv_kernel, self.qkv_bias)  # (B, T, h, 2dk+dv)
+            dk = self._head_key_dim
+            return qkv[..., :dk], qkv[..., dk : 2 * dk], qkv[..., 2 * dk :]
+        k, v = self.project_key_value(value, key)
+        return self.project_query(query), k, v
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        cache=None,
+        cache_update_index=None,
+    ):
+        if key is None:
+            key = value
+        if key_mask is None:
+            key_mask = value_mask
+        causal_offset = 0
+        if cache is not None and cache_update_index is None:
+            q = self.project_query(query)
+            k, v = cache  # precomputed (B, S, h, d_k), (B, S, h, d_v)
+        else:
+            q, k, v = self._project_all(query, value, key)
+        if cache is not None and cache_update_index is not None:
+            k_cache, v_cache = cache
+            start = [0, cache_update_index, 0, 0]
+            k = ops.slice_update(k_cache, start, ops.cast(k, k_cache.dtype))  # (B, S_max, h, d_k)
+            v = ops.slice_update(v_cache, start, ops.cast(v, v_cache.dtype))  # (B, S_max, h, d_v)
+            cache = (k, v)
+            causal_offset = cache_update_index
+            key_mask = None  # cache slots past the causal frontier are masked causally
+        mask = merge_attention_masks(
+            q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset
+        )
+
+        def dropout_fn(w):
+            return self.dropout_layer(w, training=training)
+
+        dropout = dropout_fn if self.dropout > 0 else None
+        if self.scorer == "dot":
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_fn=dropout)
+        else:
+            heads, weights = additive_attention(
+                q, k, v, self.score_weight, mask, dropout_fn=dropout
+            )
+        output = ops.einsum("bthd,hdo->bto", heads, self.output_kernel)  # (B, T, d_out)
+        if self.output_bias is not None:
+            output = output + self.output_bias
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def compute_mask(self, query, value, key=None, query_mask=None, *args, **kwargs):
+        return query_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "scorer": self.scorer,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

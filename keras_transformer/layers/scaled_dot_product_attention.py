@@ -1,0 +1,77 @@
+"""Scaled dot-product attention (Vaswani et al., 2017, Section 3.2.1)."""
+
+import math
+
+from keras import ops
+
+
+def masked_softmax(scores, mask=None, axis=-1):
+    """Softmax in float32 with masked entries at the dtype's own minimum.
+
+    Filling with `finfo(float32).min` rather than `-inf` (or a large
+    constant such as -1e9, which overflows float16) keeps a fully masked row
+    finite: it becomes uniform instead of NaN.  Computing in float32 keeps the
+    exponentials accurate under mixed precision.
+    """
+    scores = ops.cast(scores, "float32")
+    if mask is not None:
+        scores = ops.where(mask, scores, ops.cast(-3.4028234663852886e38, "float32"))
+    return ops.softmax(scores, axis=axis)
+
+
+def scaled_dot_product_attention(
+    query, key, value, mask=None, scale=None, dropout_fn=None
+):
+    """softmax(Q K^T / sqrt(d_k)) V over heads.
+
+    Args:
+        query: `(B, T, H, d_k)`.
+        key: `(B, S, H, d_k)`.
+        value: `(B, S, H, d_v)`.
+        mask: optional boolean `(B, T, S)` (broadcast over heads) or
+            `(B, H, T, S)`; `True` where attention is allowed.
+        scale: multiplier of the scores, `1 / sqrt(d_k)` by default.
+        dropout_fn: optional callable applied to the attention weights.
+
+    Returns:
+        `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    # Scale the queries, not the scores: T*d_k multiplies instead of T*S.
+    query = ops.multiply(query, ops.cast(scale, query.dtype))
+    scores = ops.einsum("bthd,bshd->bhts", query, key)  # (B, H, T, S)
+    if mask is not None and len(mask.shape) == 3:
+        mask = ops.expand_dims(mask, 1)  # (B, 1, T, S)
+    weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
+    dropped = weights if dropout_fn is None else dropout_fn(weights)
+    output = ops.einsum(
+        "bhts,bshd->bthd", ops.cast(dropped, value.dtype), value
+    )  # (B, T, H, d_v)
+    return output, weights
+
+
+def additive_attention(query, key, value, score_weight, mask=None, dropout_fn=None):
+    """Additive (Bahdanau) attention: scores = w^T tanh(q + k), per head.
+
+    Args:
+        query: `(B, T, H, d_k)`; key: `(B, S, H, d_k)`; value: `(B, S, H, d_v)`.
+        score_weight: `(H, d_k)` vector `w` of each head.
+        mask: optional boolean `(B, T, S)`, `True` where attention is allowed.
+        dropout_fn: optional callable applied to the attention weights.
+
+    Returns:
+        `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
+    """
+    hidden = ops.tanh(
+        ops.expand_dims(query, 2) + ops.expand_dims(key, 1)
+    )  # (B, T, S, H, d_k)
+    scores = ops.einsum("btshd,hd->bhts", hidden, score_weight)  # (B, H, T, S)
+    if mask is not None and len(mask.shape) == 3:
+        mask = ops.expand_dims(mask, 1)  # (B, 1, T, S)
+    weights = masked_softmax(scores, mask)
+    dropped = weights if dropout_fn is None else dropout_fn(weights)
+    output = ops.einsum(
+        "bhts,bshd->bthd", ops.cast(dropped, value.dtype), value
+    )  # (B, T, H, d_v)
+    return output, weights

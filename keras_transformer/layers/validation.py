@@ -1,0 +1,33 @@
+"""Argument checks whose errors name the argument and the value received."""
+
+import numbers
+
+
+def check_positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+    return int(value)
+
+
+def check_rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a float in [0, 1); received {name}={value!r}.")
+    return float(value)
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {list(choices)}; received {name}={value!r}."
+        )
+    return value
+
+
+def check_divisible(name, value, divisor_name, divisor):
+    if value % divisor != 0:
+        raise ValueError(
+            f"`{name}` must be divisible by `{divisor_name}`; received "
+            f"{name}={value}, {divisor_name}={divisor}."
+        )

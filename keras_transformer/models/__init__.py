@@ -1,0 +1,27 @@
+"""Functional Transformer models and their configuration."""
+
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.transformer_config import (
+    END_ID,
+    PAD_ID,
+    PAPER_PARAMETER_COUNTS,
+    PRESETS,
+    RESERVED_TOKENS,
+    START_ID,
+    UNK_ID,
+    TransformerConfig,
+    get_preset,
+)
+
+__all__ = [
+    "END_ID",
+    "PAD_ID",
+    "PAPER_PARAMETER_COUNTS",
+    "PRESETS",
+    "RESERVED_TOKENS",
+    "START_ID",
+    "UNK_ID",
+    "Transformer",
+    "TransformerConfig",
+    "get_preset",
+]

@@ -1,0 +1,54 @@
+"""Packaging for keras-transformer.
+
+TensorFlow and tensorflow-text are pinned to the same minor release: the
+tensorflow-text wheels are built against one TensorFlow ABI and fail to load
+beside any other (a frequent complaint of the peers' users).
+"""
+
+import pathlib
+
+from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+
+setup(
+    name="keras-transformer",
+    version="0.1.0",
+    description=(
+        "The Transformer of 'Attention Is All You Need' for Keras 3: "
+        "layers, training, decoding and export."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.14",
+    packages=find_packages(include=["keras_transformer*", "training*", "export*"]),
+    package_data={"training": ["configs/*.json"]},
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",
+        "keras>=3.10,<4",
+        "tensorboard>=2.21,<2.22",
+        "sacrebleu>=2.4,<3",
+        "ai-edge-litert>=2.0,<3",
+        "numpy>=1.26",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8,<10",
+            "ruff>=0.6",
+            "nbclient>=0.10,<1",
+            "nbformat>=5.9,<6",
+            "ipykernel>=6",
+            "matplotlib>=3.8",
+            "scikit-learn>=1.4",
+        ],
+        "bench": ["keras-hub>=0.32,<0.33"],
+    },
+    entry_points={
+        "console_scripts": [
+            "keras-transformer-train=training.cli:main",
+            "keras-transformer-export=export.cli:main",
+        ]
+    },
+)
