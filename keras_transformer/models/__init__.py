@@ -1,6 +1,7 @@
 """Functional Transformer models and their configuration."""
 
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.transformer_classifier import TransformerClassifier
 from keras_transformer.models.transformer_config import (
     END_ID,
     PAD_ID,
@@ -12,6 +13,7 @@ from keras_transformer.models.transformer_config import (
     TransformerConfig,
     get_preset,
 )
+from keras_transformer.models.vision_transformer import VisionTransformer
 
 __all__ = [
     "END_ID",
@@ -22,6 +24,8 @@ __all__ = [
     "START_ID",
     "UNK_ID",
     "Transformer",
+    "TransformerClassifier",
     "TransformerConfig",
+    "VisionTransformer",
     "get_preset",
 ]

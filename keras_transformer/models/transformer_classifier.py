@@ -1,0 +1,204 @@
+"""An encoder-only Transformer classifier for token or numeric sequences."""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.masking import padding_mask
+from keras_transformer.layers.position_embedding import PositionEmbedding
+from keras_transformer.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_transformer.layers.token_and_position_embedding import (
+    TokenAndPositionEmbedding,
+)
+from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_transformer.layers.validation import (
+    check_choice,
+    check_divisible,
+    check_positive_int,
+    check_rate,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerClassifier(keras.Model):
+    """The Transformer encoder, mean-pooled, under a small classification head.
+
+    Two kinds of input, chosen by which size is given:
+    - `vocabulary_size`: `token_ids` `(B, T)` int32, 0 is padding; the
+      embeddings are scaled by sqrt(d_model) and summed with positions.
+    - `num_features`: `features` `(B, T, F)` float32 (e.g. a UCR time series,
+      F=1), projected to d_model by a dense layer and summed with positions.
+
+    The encoder output is averaged over real positions (padding excluded),
+    then `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
+
+    Args:
+        num_classes: classes; 1 gives a single logit for binary tasks
+            (sigmoid), 2 or more give softmax logits.
+        vocabulary_size: token vocabulary (token input), or None.
+        num_features: features per time step (numeric input), or None.
+        num_layers, hidden_dim, num_heads, intermediate_dim, dropout,
+        attention_dropout, layer_norm_epsilon, normalize_first: as
+            `TransformerConfig` (N, d_model, h, d_ff, P_drop).
+        max_sequence_length: longest input (learned positions only).
+        positions: `"sinusoidal"` or `"learned"`.
+        head_hidden_dim: width of the head's hidden layer (d_model if None).
+
+    Output: `logits` `(B, num_classes)`, float32.
+
+    Example:
+    >>> model = keras_transformer.models.TransformerClassifier(
+    ...     num_classes=2, vocabulary_size=100, num_layers=1, hidden_dim=16,
+    ...     num_heads=2, intermediate_dim=32)
+    >>> model(keras.ops.array([[5, 6, 0]])).shape
+    (1, 2)
+    """
+
+    def __init__(
+        self,
+        num_classes,
+        vocabulary_size=None,
+        num_features=None,
+        num_layers=2,
+        hidden_dim=64,
+        num_heads=4,
+        intermediate_dim=128,
+        dropout=0.1,
+        attention_dropout=0.0,
+        max_sequence_length=128,
+        positions="sinusoidal",
+        normalize_first=False,
+        head_hidden_dim=None,
+        layer_norm_epsilon=1e-6,
+        dtype=None,
+        **kwargs,
+    ):
+        if (vocabulary_size is None) == (num_features is None):
+            raise ValueError(
+                "Give exactly one of vocabulary_size (token input) and "
+                f"num_features (numeric input); received vocabulary_size="
+                f"{vocabulary_size!r}, num_features={num_features!r}."
+            )
+        check_positive_int("num_classes", num_classes)
+        check_positive_int("vocabulary_size", vocabulary_size, allow_none=True)
+        check_positive_int("num_features", num_features, allow_none=True)
+        for name, value in (("num_layers", num_layers), ("hidden_dim", hidden_dim),
+                            ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
+                            ("max_sequence_length", max_sequence_length)):
+            check_positive_int(name, value)
+        check_positive_int("head_hidden_dim", head_hidden_dim, allow_none=True)
+        check_rate("dropout", dropout)
+        check_divisible("hidden_dim", hidden_dim, "num_heads", num_heads)
+        check_choice("positions", positions, ("sinusoidal", "learned"))
+
+        # === Layers ===
+        if vocabulary_size is not None:
+            self.embedding = TokenAndPositionEmbedding(
+                vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
+                dtype=dtype, name="token_embedding",
+            )
+        else:
+            self.feature_projection = keras.layers.Dense(
+                hidden_dim, dtype=dtype, name="feature_projection"
+            )
+            self.position_encoding = (
+                SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
+                if positions == "sinusoidal"
+                else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
+            )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        self.encoder_blocks = [
+            TransformerEncoderBlock(
+                intermediate_dim, num_heads, dropout=dropout,
+                attention_dropout=attention_dropout, layer_norm_epsilon=layer_norm_epsilon,
+                normalize_first=normalize_first, dtype=dtype, name=f"encoder_block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.encoder_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="encoder_norm")
+            if normalize_first else None
+        )
+        self.pooling = keras.layers.GlobalAveragePooling1D(dtype=dtype, name="mean_pooling")
+        self.head_hidden = keras.layers.Dense(
+            head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
+        )
+        self.head_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        self.head_output = keras.layers.Dense(num_classes, dtype=dtype, name="head_output")
+        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
+
+        # === Functional model ===
+        if vocabulary_size is not None:
+            inputs = keras.Input((None,), dtype="int32", name="token_ids")
+            mask = padding_mask(inputs)
+            x = self.embedding(inputs)
+        else:
+            inputs = keras.Input((None, num_features), dtype="float32", name="features")
+            mask = None
+            x = self.feature_projection(inputs)  # (B, T, d)
+            x = x + self.position_encoding(x)
+        x = self.embedding_dropout(x)
+        for block in self.encoder_blocks:
+            x = block(x, mask=mask)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        x = self.pooling(x, mask=mask)  # (B, d)
+        x = self.head_dropout(self.head_hidden(x))
+        outputs = self.logits_cast(self.head_output(x))  # (B, num_classes)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.num_classes = num_classes
+        self.vocabulary_size = vocabulary_size
+        self.num_features = num_features
+        self.num_layers = num_layers
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.max_sequence_length = max_sequence_length
+        self.positions = positions
+        self.normalize_first = normalize_first
+        self.head_hidden_dim = head_hidden_dim
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    @property
+    def input_name(self):
+        return "token_ids" if self.vocabulary_size is not None else "features"
+
+    def probabilities(self, logits):
+        """Class probabilities from logits: sigmoid for 1 class, else softmax."""
+        logits = ops.cast(logits, "float32")
+        if self.num_classes == 1:
+            return ops.sigmoid(logits)
+        return ops.softmax(logits, axis=-1)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "num_classes": self.num_classes,
+            "vocabulary_size": self.vocabulary_size,
+            "num_features": self.num_features,
+            "num_layers": self.num_layers,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "positions": self.positions,
+            "normalize_first": self.normalize_first,
+            "head_hidden_dim": self.head_hidden_dim,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)

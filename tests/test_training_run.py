@@ -1,0 +1,168 @@
+"""End-to-end training runs: run directory, TensorBoard, resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from training.config import TrainingConfig, load_config
+from training.run_dir import load_run, prepare_run_dir
+from training.train import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The smallest run that still exercises every part of the pipeline.
+FAST = [
+    "epochs=2", "toy_train_size=240", "toy_eval_size=16", "eval_sentences=4",
+    "beam_size=2", "checkpoint_every_steps=4", "tokens_per_batch=192",
+]
+
+
+def _tensorboard_tags(log_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    tags = set()
+    for root, _, files in os.walk(log_dir):
+        if any(f.startswith("events.out") for f in files):
+            acc = event_accumulator.EventAccumulator(root, size_guidance={"tensors": 0})
+            acc.Reload()
+            for kind in ("tensors", "images", "scalars"):
+                tags.update(acc.Tags().get(kind, []))
+    return tags
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_a_complete_run_directory(tmp_path):
+    """A run leaves config, vocab, checkpoints, logs, model and metrics, and learns."""
+    config = load_config("tiny", FAST)
+    run_dir = tmp_path / "run"
+    metrics = train(config, run_dir, verbose=0)
+
+    for name in ("config.json", "vocab/vocab.txt", "model.keras", "metrics.json",
+                 "checkpoints/resume/LATEST"):
+        assert (run_dir / name).exists(), name
+    assert TrainingConfig.from_dict(json.loads((run_dir / "config.json").read_text())) == config
+    history = metrics["history"]
+    assert history["loss"][-1] < history["loss"][0]
+    assert {"test_bleu_greedy", "test_bleu_beam", "valid_masked_accuracy"} <= set(metrics)
+    tags = _tensorboard_tags(run_dir / "logs")
+    for tag in ("epoch_loss", "epoch_learning_rate", "epoch_val_bleu",
+                "cross_attention/last_layer", "_hparams_/session_start_info"):
+        assert any(tag in t for t in tags), (tag, sorted(tags))
+    # The saved model reloads and gives the logits of the trained one.
+    run = load_run(run_dir)
+    ids = np.array([[5, 6, 7, 3]], "int32")
+    inputs = {"encoder_token_ids": ids, "decoder_token_ids": ids}
+    assert run.tokenizer.vocabulary_size == run.model.get_layer("shared_embedding").vocabulary_size
+    np.testing.assert_allclose(run.model(inputs), run.model(inputs))
+
+
+def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
+    config = load_config("tiny", FAST)
+    run_dir = tmp_path / "run"
+    assert prepare_run_dir(run_dir, config) is False
+    assert prepare_run_dir(run_dir, config) is True  # same config: resume
+    with pytest.raises(FileExistsError, match="epochs"):
+        prepare_run_dir(run_dir, config.replace(epochs=3))
+    assert prepare_run_dir(run_dir, config.replace(epochs=3), overwrite=True) is False
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a run directory"):
+        prepare_run_dir(tmp_path / "other", config)
+
+
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        (["no_such_key=1"], ValueError, "no_such_key"),
+        (["strategy=warp_drive"], ValueError, "warp_drive"),
+        (["epochs=0"], ValueError, "epochs=0"),
+        (["task=regression"], ValueError, "regression"),
+        (["precision=float8"], ValueError, "float8"),
+    ],
+)
+def test_bad_config_is_refused_with_its_name(overrides, error, match):
+    with pytest.raises(error, match=match):
+        load_config("tiny", overrides)
+
+
+def test_unknown_preset_and_missing_config_file():
+    with pytest.raises(ValueError, match="nonexistent"):
+        load_config("nonexistent")
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        load_config("/no/such/missing.json")
+
+
+def test_bad_data_is_refused_before_training(tmp_path):
+    src, tgt = tmp_path / "a.src", tmp_path / "a.tgt"
+    src.write_text("one\ntwo\nthree\n")
+    tgt.write_text("eins\nzwei\n")
+    config = load_config("tiny", FAST + [
+        "dataset=files", f'train_files=["{src}", "{tgt}"]'])
+    with pytest.raises(ValueError, match="3.*2|2.*3"):
+        train(config, tmp_path / "run", verbose=0)
+    assert not (tmp_path / "run" / "model.keras").exists()
+    missing = load_config("tiny", FAST + [
+        "dataset=files", f'train_files=["{tmp_path}/nope.src", "{tgt}"]'])
+    with pytest.raises(FileNotFoundError, match="nope.src"):
+        train(missing, tmp_path / "run2", verbose=0)
+
+
+def test_multi_worker_without_tf_config_fails_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    config = load_config("tiny", FAST + ["strategy=multi_worker"])
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        train(config, tmp_path / "run", verbose=0)
+    assert not (tmp_path / "run").exists()
+
+
+def _train_command(run_dir, extra=()):
+    overrides = FAST + ["deterministic=true", "epochs=2", "eval_sentences=0",
+                        "beam_size=1", "checkpoint_every_steps=3", *extra]
+    command = [sys.executable, "-m", "training", "train", "--config", "tiny",
+               "--run-dir", str(run_dir), "--verbose", "0"]
+    for item in overrides:
+        command += ["--set", item]
+    return command
+
+
+def _final_weights(run_dir):
+    return [np.asarray(w) for w in load_run(run_dir).model.weights]
+
+
+@pytest.mark.slow
+def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
+    """SIGKILL mid-epoch, rerun the same command: weights equal an uninterrupted run."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
+    reference = tmp_path / "reference"
+    subprocess.run(_train_command(reference), check=True, cwd=REPO, env=env, timeout=300)
+    steps_per_epoch = json.loads((reference / "metrics.json").read_text())["steps_per_epoch"]
+    assert steps_per_epoch > 4, "the tiny corpus must give a multi-step epoch"
+
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen(_train_command(interrupted), cwd=REPO, env=env)
+    pointer = interrupted / "checkpoints" / "resume" / "LATEST"
+    deadline = time.time() + 240
+    # Kill once a checkpoint exists that is not at an epoch boundary.
+    while time.time() < deadline and process.poll() is None:
+        if pointer.exists():
+            step = int(pointer.read_text().strip().split("-")[1])
+            if step % steps_per_epoch:
+                break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run finished before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = int(pointer.read_text().strip().split("-")[1])
+    assert 0 < killed_at < 2 * steps_per_epoch
+    assert not (interrupted / "metrics.json").exists()
+
+    subprocess.run(_train_command(interrupted), check=True, cwd=REPO, env=env, timeout=300)
+    resumed_metrics = json.loads((interrupted / "metrics.json").read_text())
+    assert resumed_metrics["steps"] == 2 * steps_per_epoch
+    for a, b in zip(_final_weights(reference), _final_weights(interrupted), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

@@ -1,0 +1,1 @@
+"""The training pipeline: data, tokenizers, the paper's recipe, fit, evaluation."""

@@ -1,0 +1,82 @@
+"""Command line of the training pipeline.
+
+    python -m training main                      # the README main job
+    python -m training train --config toy --run-dir runs/toy --set epochs=3
+    python -m training train --config multi30k --run-dir runs/de-en
+    python -m training train --config sst2 --run-dir runs/sst2 --set model.num_layers=4
+    python -m training evaluate --run-dir runs/toy
+    python -m training presets
+"""
+
+import argparse
+import json
+import sys
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m training",
+        description="Train, resume and evaluate keras-transformer runs.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add_run_args(p, default_config, default_run_dir):
+        p.add_argument("--config", default=default_config,
+                       help="preset name (see `presets`) or path to a JSON config")
+        p.add_argument("--run-dir", default=default_run_dir, help="run directory")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field (JSON value); model.FIELD "
+                            "overrides a model field; repeatable")
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace an existing run directory")
+        p.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
+
+    train = sub.add_parser("train", help="train (or resume) a run")
+    add_run_args(train, "toy", None)
+    main = sub.add_parser(
+        "main", help="the main job: generate data, train, evaluate, export, serve one request"
+    )
+    add_run_args(main, "toy", "runs/main")
+    evaluate = sub.add_parser("evaluate", help="print a finished run's metrics")
+    evaluate.add_argument("--run-dir", required=True)
+    sub.add_parser("presets", help="list the config presets")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.command == "presets":
+        from training.config import available_presets
+
+        print("\n".join(available_presets()))
+        return 0
+    if args.command == "evaluate":
+        from training.run_dir import load_run
+
+        run = load_run(args.run_dir)
+        print(json.dumps({k: v for k, v in run.metrics.items() if k != "history"}, indent=2))
+        return 0
+    from training.config import load_config
+
+    try:
+        config = load_config(args.config, args.set)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.command == "train":
+        if not args.run_dir:
+            print("error: --run-dir is required", file=sys.stderr)
+            return 2
+        from training.train import train
+
+        metrics = train(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
+        print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2,
+                         ensure_ascii=False))
+        return 0
+    from training.main_job import run_main_job
+
+    return run_main_job(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The resolved configuration of a training run, and its named presets.
+
+One frozen dataclass, a comment on every field; JSON files under
+`training/configs/` name presets (model size x dataset), and `--set key=value`
+overrides any field from the command line.  The resolved config is written
+as `config.json` in the run directory.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+CONFIG_DIR = pathlib.Path(__file__).parent / "configs"
+TASKS = ("translation", "classification", "timeseries")
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    # "translation", "classification" (text) or "timeseries" (numeric).
+    task: str = "translation"
+    # "toy" (generated number words), "multi30k", "sst2", "ucr", or "files".
+    dataset: str = "toy"
+    # Folder of the real corpora; relative paths are taken from the repo root.
+    data_dir: str = "../shared/data"
+    # Multi30k language pair (source -> target).
+    source_language: str = "de"
+    target_language: str = "en"
+    # dataset="files": explicit paths (parallel .src/.tgt, or label<TAB>text / UCR).
+    train_files: tuple = ()
+    valid_files: tuple = ()
+    test_files: tuple = ()
+    # Text encoding of the input files ("utf-8"; "latin-1" for old corpora).
+    encoding: str = "utf-8"
+    # Toy corpus sizes (dataset="toy").
+    toy_train_size: int = 20000
+    toy_eval_size: int = 500
+    # Model preset of keras_transformer.models.PRESETS and field overrides.
+    model_preset: str = "tiny"
+    model_overrides: dict = dataclasses.field(default_factory=dict)
+    # Word-piece vocabulary learned from the training split (shared src/tgt).
+    vocabulary_size: int = 8000
+    lower_case: bool = True
+    # Longest sequence in pieces; longer inputs are truncated with a warning.
+    max_sequence_length: int = 64
+    # Translation batches hold about this many tokens (Section 5.1: 25,000).
+    tokens_per_batch: int = 2048
+    # Classification batch size, in examples.
+    batch_size: int = 32
+    # Passes over the training data, and optional cap on steps per epoch.
+    epochs: int = 10
+    steps_per_epoch: int | None = None
+    # Section 5.3: warm-up steps of the rsqrt schedule, and its multiplier.
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    # Section 5.4: label smoothing epsilon_ls.
+    label_smoothing: float = 0.1
+    # Distribution: default, one_device, mirrored (local GPUs or logical
+    # CPUs) or multi_worker (TF_CONFIG).
+    strategy: str = "default"
+    # "float32", "mixed_bfloat16", or "mixed_float16" (with loss scaling).
+    precision: str = "float32"
+    # Compile the train step with XLA.
+    jit_compile: bool = False
+    # Seeds every RNG; `deterministic` also turns on TF op determinism.
+    seed: int = 0
+    deterministic: bool = False
+    # Save a resumable checkpoint every this many steps (atomic, survives kill).
+    checkpoint_every_steps: int = 200
+    # Keep the weights of the last k epochs; average them at the end (0: no).
+    keep_epoch_checkpoints: int = 5
+    average_last: int = 0
+    # Evaluation: sentences decoded per epoch for validation BLEU (0: none),
+    # the beam of the final test evaluation (Section 6.1: 4, alpha 0.6).
+    eval_sentences: int = 200
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    # Example translations printed at the end.
+    num_examples: int = 5
+    # Classification: number of classes (inferred from data when 0).
+    num_classes: int = 0
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values):
+        values = dict(values)
+        _check_keys(values)
+        for key in ("train_files", "valid_files", "test_files"):
+            if key in values:
+                values[key] = tuple(values[key])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def replace(self, **overrides):
+        return self.from_dict({**self.to_dict(), **overrides})
+
+    def validate(self):
+        """Raise ValueError naming the field and the value, before any work."""
+        _choice("task", self.task, TASKS)
+        _choice("strategy", self.strategy, STRATEGIES)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("dataset", self.dataset, ("toy", "multi30k", "sst2", "ucr", "files"))
+        for name in ("vocabulary_size", "max_sequence_length", "tokens_per_batch",
+                     "batch_size", "epochs", "warmup_steps", "checkpoint_every_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+        if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
+            raise ValueError(f"`steps_per_epoch` must be positive; received {self.steps_per_epoch!r}.")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"`label_smoothing` must be in [0, 1); received {self.label_smoothing!r}.")
+        if self.average_last > self.keep_epoch_checkpoints:
+            raise ValueError(
+                f"`average_last`={self.average_last} exceeds `keep_epoch_checkpoints`="
+                f"{self.keep_epoch_checkpoints}: those checkpoints would be deleted."
+            )
+        if self.dataset == "files" and not self.train_files:
+            raise ValueError("dataset='files' needs `train_files`; received train_files=().")
+
+
+def _choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {list(choices)}; received {name}={value!r}.")
+
+
+def _check_keys(values):
+    known = {f.name for f in dataclasses.fields(TrainingConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"Unknown config key(s) {unknown}; valid keys are {sorted(known)}."
+        )
+
+
+def available_presets():
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def load_config(name_or_path="toy", overrides=()):
+    """A preset name or JSON path, plus `key=value` overrides (JSON values)."""
+    path = pathlib.Path(name_or_path)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{name_or_path}.json"
+        if not path.exists():
+            raise ValueError(
+                f"Unknown config preset {name_or_path!r}; presets: {available_presets()}."
+            )
+    elif not path.exists():
+        raise FileNotFoundError(f"Config file not found: config={str(path)!r}.")
+    values = json.loads(path.read_text(encoding="utf-8"))
+    values.pop("_comment", None)
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"Overrides are key=value; received {item!r}.")
+        key, raw = item.split("=", 1)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw  # a bare string such as strategy=mirrored
+        if key.startswith("model."):
+            values.setdefault("model_overrides", {})[key[len("model."):]] = value
+            continue
+        _check_keys({key: None})
+        values[key] = value
+    return TrainingConfig.from_dict(values)

@@ -1,0 +1,115 @@
+"""Checkpoints that survive SIGKILL and resume at step granularity.
+
+Keras' `BackupAndRestore` overwrites one weights file in place (a kill
+during the write corrupts it) and restarts an interrupted epoch from its
+first batch.  `ResumableCheckpoint` instead writes each checkpoint into a
+fresh folder `step-<n>/` (weights with the optimizer state, the dropout
+seed-generator states, and the step), then atomically swaps the `LATEST`
+pointer file with `os.replace`.  A kill at any instant leaves either the old
+or the new checkpoint complete.  On restart `restore` returns the global step,
+and the trainer skips exactly that many batches of the (deterministic) data
+stream, so an interrupted run ends with the weights of an uninterrupted one.
+"""
+
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+
+POINTER = "LATEST"
+
+
+def _atomic_write_text(path, text):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _seed_states(model):
+    weights = {id(v) for v in model.weights}
+    return {v.path: v for v in model.variables if id(v) not in weights}
+
+
+class ResumableCheckpoint(keras.callbacks.Callback):
+    """Save every `every_steps` batches and at each epoch end; keep `keep`.
+
+    Args:
+        directory: where the `step-<n>/` folders and `LATEST` live.
+        every_steps: batches between checkpoints.
+        keep: number of checkpoint folders kept.
+        is_chief: only the chief writes (multi-worker training).
+    """
+
+    def __init__(self, directory, every_steps, keep=2, is_chief=True):
+        super().__init__()
+        self.directory = os.fspath(directory)
+        self.every_steps = int(every_steps)
+        self.keep = int(keep)
+        self.is_chief = is_chief
+        self.step = 0
+
+    def latest(self):
+        pointer = os.path.join(self.directory, POINTER)
+        if not os.path.isfile(pointer):
+            return None
+        with open(pointer, encoding="utf-8") as f:
+            return os.path.join(self.directory, f.read().strip())
+
+    def restore(self, model):
+        """Load the latest checkpoint into `model`; return its global step."""
+        folder = self.latest()
+        if folder is None:
+            self.step = 0
+            return 0
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(os.path.join(folder, "model.weights.h5"))
+        seeds = np.load(os.path.join(folder, "seeds.npz"))
+        for path, variable in _seed_states(model).items():
+            key = path.replace("/", "|")
+            if key in seeds:
+                variable.assign(seeds[key])
+        with open(os.path.join(folder, "state.json"), encoding="utf-8") as f:
+            self.step = int(json.load(f)["step"])
+        return self.step
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step % self.every_steps == 0:
+            self.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save()
+
+    def save(self):
+        if not self.is_chief:
+            return
+        name = f"step-{self.step:09d}"
+        folder = os.path.join(self.directory, name)
+        if os.path.isdir(folder):  # already saved at this step (epoch end)
+            return
+        tmp = folder + f".tmp-{os.getpid()}"
+        os.makedirs(tmp, exist_ok=True)
+        self.model.save_weights(os.path.join(tmp, "model.weights.h5"))
+        seeds = {p.replace("/", "|"): np.asarray(v) for p, v in _seed_states(self.model).items()}
+        np.savez(os.path.join(tmp, "seeds.npz"), **seeds)
+        _atomic_write_text(os.path.join(tmp, "state.json"), json.dumps({"step": self.step}))
+        os.replace(tmp, folder)
+        _atomic_write_text(os.path.join(self.directory, POINTER), name)
+        self._prune(name)
+
+    def _prune(self, current):
+        folders = sorted(
+            d for d in os.listdir(self.directory)
+            if d.startswith("step-") and ".tmp-" not in d and d != current
+        )
+        for old in folders[: max(0, len(folders) - (self.keep - 1))]:
+            shutil.rmtree(os.path.join(self.directory, old), ignore_errors=True)
+        for stale in os.listdir(self.directory):
+            if ".tmp-" in stale and stale.startswith("step-"):
+                shutil.rmtree(os.path.join(self.directory, stale), ignore_errors=True)
