@@ -44,7 +44,9 @@ def read_lines(path, encoding="utf-8"):
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"read_lines: path={path!r} does not exist or is not a file.")
+        raise FileNotFoundError(
+            f"read_lines: path={path!r} does not exist or is not a file."
+        )
     with open(path, "rb") as f:
         data = f.read()
     if data.startswith(_GZIP_MAGIC):
@@ -179,7 +181,9 @@ def read_classification(path, label_names=None, encoding="utf-8"):
             label, text = parts[0], parts[1] if len(parts) > 1 else ""
         rows.append((line_number, label, text.strip()))
     if not rows:
-        raise ValueError(f"read_classification: path={os.fspath(path)!r} has no examples.")
+        raise ValueError(
+            f"read_classification: path={os.fspath(path)!r} has no examples."
+        )
     if label_names is None:
         label_names = _sort_label_names({label for _, label, _ in rows})
     label_names = [str(name) for name in label_names]

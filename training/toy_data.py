@@ -40,7 +40,18 @@ _EN_TENS = (
     "", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty",
     "ninety",
 )  # fmt: skip
-_DE_UNITS = ("", "ein", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun")
+_DE_UNITS = (
+    "",
+    "ein",
+    "zwei",
+    "drei",
+    "vier",
+    "fünf",
+    "sechs",
+    "sieben",
+    "acht",
+    "neun",
+)
 _DE_TEENS = (
     "zehn", "elf", "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn",
     "siebzehn", "achtzehn", "neunzehn",
@@ -65,7 +76,9 @@ TEMPLATES = (
 
 def _check_number(number):
     if not isinstance(number, int) or not 1 <= number <= MAX_NUMBER:
-        raise ValueError(f"number must be an int in [1, {MAX_NUMBER}], received {number!r}.")
+        raise ValueError(
+            f"number must be an int in [1, {MAX_NUMBER}], received {number!r}."
+        )
 
 
 def _english_below_thousand(number):
@@ -102,7 +115,9 @@ def _german_below_thousand(number, final):
     if tens == 1:
         words.append(_DE_TEENS[units])
     elif tens >= 2:
-        words += [_DE_UNITS[units], "und", _DE_TENS[tens]] if units else [_DE_TENS[tens]]
+        words += (
+            [_DE_UNITS[units], "und", _DE_TENS[tens]] if units else [_DE_TENS[tens]]
+        )
     elif units:
         words.append("eins" if units == 1 and final else _DE_UNITS[units])
     return words
@@ -120,7 +135,11 @@ def german_number(number):
     """
     _check_number(number)
     thousands, rest = divmod(number, 1000)
-    words = _german_below_thousand(thousands, final=False) + ["tausend"] if thousands else []
+    words = (
+        _german_below_thousand(thousands, final=False) + ["tausend"]
+        if thousands
+        else []
+    )
     return " ".join(words + _german_below_thousand(rest, final=True))
 
 
@@ -192,7 +211,8 @@ def write_toy_corpus(directory, n_train=20000, n_valid=500, n_test=500, seed=0):
         chunk = pairs[start : start + size]
         start += size
         paths[split] = tuple(
-            os.path.join(os.fspath(directory), f"{split}.{suffix}") for suffix in ("src", "tgt")
+            os.path.join(os.fspath(directory), f"{split}.{suffix}")
+            for suffix in ("src", "tgt")
         )
         for path, side in zip(paths[split], (0, 1), strict=True):
             with open(path, "w", encoding="utf-8", newline="\n") as f:

@@ -65,7 +65,6 @@ def _datasets(config, data, tokenizer, num_replicas):
                 config.tokens_per_batch, seed=seed, **kw,
             )
         one_pass = make(data.train, shuffle=True)
-        train = make(data.train, shuffle=True, repeat=True)
         valid = make(data.valid, shuffle=False)
     else:
         def make(split, **kw):
@@ -75,8 +74,10 @@ def _datasets(config, data, tokenizer, num_replicas):
                 batch_size=config.batch_size, seed=seed, **kw,
             )
         one_pass = make(data.train, shuffle=True)
-        train = make(data.train, shuffle=True, repeat=True)
         valid = make(data.valid, shuffle=False)
+    # Each repetition reshuffles (seeded), so the stream is deterministic and
+    # a resumed run can skip to the exact batch it had reached.
+    train = one_pass.repeat()
     steps = config.steps_per_epoch or _count(one_pass)
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.

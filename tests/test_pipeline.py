@@ -1,0 +1,227 @@
+"""Tests for training/pipeline.py: layout, shift, truncation, bucketing, padding."""
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training.pipeline import (
+    TruncationWarning,
+    bucket_boundaries,
+    make_classification_dataset,
+    make_translation_dataset,
+    padding_fraction,
+)
+from training.tokenizers import (
+    END_ID,
+    START_ID,
+    WordPieceTokenizer,
+    learn_wordpiece_vocabulary,
+)
+from training.toy_data import generate_pairs
+
+MAX_LENGTH = 24
+TOKENS_PER_BATCH = 192
+
+
+@pytest.fixture(scope="module")
+def toy():
+    pairs = generate_pairs(300, seed=0)
+    src, tgt = [en for en, _ in pairs], [de for _, de in pairs]
+    learn = {"lower_thresh": 1}
+    src_tok = WordPieceTokenizer(
+        learn_wordpiece_vocabulary(src, 150, learn_params=learn)
+    )
+    tgt_tok = WordPieceTokenizer(
+        learn_wordpiece_vocabulary(tgt, 150, learn_params=learn)
+    )
+    return src, tgt, src_tok, tgt_tok
+
+
+def _translation(toy, **kwargs):
+    src, tgt, src_tok, tgt_tok = toy
+    kwargs = {
+        "max_sequence_length": MAX_LENGTH,
+        "tokens_per_batch": TOKENS_PER_BATCH,
+    } | kwargs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncationWarning)
+        return make_translation_dataset(src, tgt, src_tok, tgt_tok, **kwargs)
+
+
+def _lengths(tokenizer, sentences):
+    return tokenizer.tokenize(tf.constant(sentences)).row_lengths().numpy()
+
+
+def _strings(tokenizer, ids):
+    return [
+        s.decode()
+        for s in tokenizer.detokenize(tf.RaggedTensor.from_tensor(ids)).numpy()
+    ]
+
+
+def test_layout_shift_by_one_and_content(toy):
+    src, tgt, src_tok, tgt_tok = toy
+    dataset = _translation(
+        toy, max_sequence_length=64, tokens_per_batch=512, shuffle=False
+    )
+    spec_features, spec_labels = dataset.element_spec
+    assert set(spec_features) == {"encoder_token_ids", "decoder_token_ids"}
+    assert all(s.dtype == tf.int32 for s in (*spec_features.values(), spec_labels))
+    seen = []
+    for features, labels in dataset:
+        decoder, labels = features["decoder_token_ids"].numpy(), labels.numpy()
+        assert decoder.shape == labels.shape
+        assert (decoder[:, 0] == START_ID).all()
+        lengths = (labels != 0).sum(axis=1)
+        assert ((decoder != 0).sum(axis=1) == lengths).all()
+        assert (labels[np.arange(len(labels)), lengths - 1] == END_ID).all()
+        shifted = labels[:, :-1] != END_ID  # Labels are decoder inputs shifted by one.
+        np.testing.assert_array_equal(decoder[:, 1:][shifted], labels[:, :-1][shifted])
+        seen += zip(
+            _strings(src_tok, features["encoder_token_ids"]),
+            _strings(tgt_tok, labels),
+            strict=True,
+        )
+    assert sorted(seen) == sorted(
+        zip(src, tgt, strict=True)
+    )  # Every pair exactly once.
+
+
+def test_truncation_warning_count_is_exact_and_single(toy):
+    src, tgt, src_tok, tgt_tok = toy
+    limit = 12
+    expected = int(
+        ((_lengths(src_tok, src) > limit) | (_lengths(tgt_tok, tgt) > limit - 1)).sum()
+    )
+    assert 0 < expected < len(src)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dataset = make_translation_dataset(
+            src, tgt, src_tok, tgt_tok, limit, 120, seed=1
+        )
+    messages = [str(w.message) for w in caught if w.category is TruncationWarning]
+    assert messages == [
+        f"{expected} of {len(src)} examples were truncated to max_sequence_length={limit} "
+        f"(source > {limit} or target > {limit - 1} tokens)."
+    ]
+    for features, labels in dataset:
+        assert (
+            features["encoder_token_ids"].shape[1] <= limit and labels.shape[1] <= limit
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # No warning when nothing is cut.
+        make_translation_dataset(src, tgt, src_tok, tgt_tok, 64, 512)
+
+
+def test_bucketing_respects_budget_and_pads_less_than_fixed_length(toy):
+    bucketed = _translation(toy)
+    fixed = _translation(toy, pad_to_length=MAX_LENGTH)
+    for features, _ in bucketed:
+        rows, length = features["decoder_token_ids"].shape
+        length = max(length, features["encoder_token_ids"].shape[1])
+        assert rows * length <= TOKENS_PER_BATCH
+    assert padding_fraction(bucketed) < 0.5 * padding_fraction(fixed)
+
+
+def test_fixed_padding_with_drop_remainder_has_static_shapes(toy):
+    dataset = _translation(toy, pad_to_length=32, drop_remainder=True)
+    rows = TOKENS_PER_BATCH // 32
+    features, labels = dataset.element_spec
+    assert (
+        features["encoder_token_ids"].shape
+        == features["decoder_token_ids"].shape
+        == (rows, 32)
+    )
+    assert labels.shape == (rows, 32)
+    assert sum(1 for _ in dataset) == len(toy[0]) // rows
+
+
+def test_shuffle_is_seeded_and_repeat_is_endless(toy):
+    def first(dataset):
+        return next(iter(dataset))[0]["encoder_token_ids"].numpy()
+
+    np.testing.assert_array_equal(
+        first(_translation(toy, seed=5)), first(_translation(toy, seed=5))
+    )
+    one_epoch = sum(1 for _ in _translation(toy, shuffle=False))
+    repeated = _translation(toy, repeat=True).take(one_epoch + 5)
+    assert sum(1 for _ in repeated) == one_epoch + 5
+
+
+def test_translation_argument_errors(toy):
+    src, tgt, src_tok, tgt_tok = toy
+    with pytest.raises(
+        ValueError, match="src_sentences has 300 items but tgt_sentences has 299"
+    ):
+        make_translation_dataset(src, tgt[:-1], src_tok, tgt_tok, 16, 256)
+    with pytest.raises(ValueError, match="pad_to_length=8 is shorter"):
+        make_translation_dataset(src, tgt, src_tok, tgt_tok, 16, 256, pad_to_length=8)
+    with pytest.raises(ValueError, match="tokens_per_batch=10 cannot hold"):
+        make_translation_dataset(src, tgt, src_tok, tgt_tok, 16, 10)
+
+
+def test_bucket_boundaries_are_increasing_and_cover_the_maximum():
+    boundaries = bucket_boundaries(64)
+    assert boundaries[0] == 8 and boundaries[-1] == 65
+    assert all(a < b for a, b in zip(boundaries, boundaries[1:], strict=False))
+
+
+def test_classification_from_text(toy):
+    src, _, src_tok, _ = toy
+    labels = [i % 3 for i in range(len(src))]
+    expected = int((_lengths(src_tok, src) > 6).sum())
+    with pytest.warns(TruncationWarning, match=f"^{expected} of {len(src)} examples"):
+        dataset = make_classification_dataset(
+            src, labels, src_tok, 6, batch_size=16, shuffle=False
+        )
+    features, batch_labels = next(iter(dataset))
+    assert (
+        features["token_ids"].dtype == tf.int32 and features["token_ids"].shape[1] <= 6
+    )
+    assert batch_labels.numpy().tolist() == labels[:16]
+    fixed = make_classification_dataset(
+        src[:40],
+        labels[:40],
+        src_tok,
+        64,
+        batch_size=16,
+        pad_to_length=64,
+        drop_remainder=True,
+    )
+    assert fixed.element_spec[0]["token_ids"].shape == (16, 64)
+    assert sum(1 for _ in fixed) == 2
+
+
+def test_classification_from_series():
+    series = np.arange(5 * 7, dtype=np.float64).reshape(5, 7)
+    dataset = make_classification_dataset(
+        series, [0, 1, 0, 1, 1], batch_size=2, shuffle=False
+    )
+    features, labels = next(iter(dataset))
+    assert features["features"].dtype == tf.float32 and features["features"].shape == (
+        2,
+        7,
+        1,
+    )
+    np.testing.assert_array_equal(features["features"][1, :, 0], series[1])
+    assert labels.numpy().tolist() == [0, 1]
+    with pytest.warns(TruncationWarning, match=r"^5 of 5 examples.*series of 7 steps"):
+        short = make_classification_dataset(series, [0] * 5, max_sequence_length=4)
+    assert short.element_spec[0]["features"].shape.as_list() == [None, 4, 1]
+    series[2, 3] = np.nan
+    with pytest.raises(ValueError, match="1 non-finite values"):
+        make_classification_dataset(series, [0, 1, 0, 1, 1])
+    with pytest.raises(ValueError, match="inputs has 5 items but labels has 4"):
+        make_classification_dataset(series, [0, 1, 0, 1])
+
+
+def test_padding_fraction_counts_zero_ids_in_integer_features():
+    features = {
+        "token_ids": tf.constant([[5, 0], [6, 7]]),
+        "mask": tf.constant([[1.0, 0.0]] * 2),
+    }
+    dataset = tf.data.Dataset.from_tensors((features, tf.constant([0, 1]))).repeat(3)
+    assert padding_fraction(dataset) == pytest.approx(0.25)
+    assert padding_fraction(dataset, max_batches=1) == pytest.approx(0.25)

@@ -1,0 +1,346 @@
+"""`tf.data` input pipelines for translation and classification.
+
+Tokenisation runs inside `tf.data` (batched `dataset.map` over the
+tokenizer's `tf.function`), so the exported model and the training input use
+the same graph code. Translation batches are built by token count with length
+bucketing (section 5.1 of the paper: "sentence pairs were batched together by
+approximate sequence length ... each training batch contained ... approximately
+25000 source tokens and 25000 target tokens"), which wastes far less compute
+on padding than fixed-length batches (`padding_fraction` measures it).
+
+Element layout (ARCHITECTURE.md):
+    features["encoder_token_ids"]  (B, S) int32  x1 .. xm, 0-padded
+    features["decoder_token_ids"]  (B, T) int32  [START] y1 .. yn, 0-padded
+    labels                         (B, T) int32  y1 .. yn [END], 0-padded
+"""
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from training.tokenizers import END_ID, START_ID
+
+_TOKENIZE_BATCH = 256  # Rows per tokenizer call: amortises the per-op overhead.
+_MAX_SHUFFLE_BUFFER = 65536
+
+
+class TruncationWarning(UserWarning):
+    """Some examples were longer than `max_sequence_length` and were cut."""
+
+
+def bucket_boundaries(max_sequence_length, min_length=8, growth=1.25):
+    """Geometric bucket boundaries up to `max_sequence_length` (inclusive).
+
+    Bucket i holds lengths in [boundaries[i-1], boundaries[i]); the last
+    boundary is `max_sequence_length + 1`, so no example falls past it.
+
+    Args:
+        max_sequence_length: Longest sequence the pipeline emits.
+        min_length: Upper end (exclusive) of the first bucket.
+        growth: Ratio between consecutive boundaries (at least +1).
+
+    Returns:
+        A strictly increasing list of ints.
+    """
+    boundaries, boundary = [], min_length
+    while boundary <= max_sequence_length:
+        boundaries.append(boundary)
+        boundary = max(boundary + 1, int(boundary * growth))
+    return boundaries + [max_sequence_length + 1]
+
+
+def _truncate(ids, limit):
+    """Ragged (B, None) -> (ids cut to `limit`, (B,) bool "was longer")."""
+    return ids[:, :limit], ids.row_lengths() > limit
+
+
+def _add_start_end(ids):
+    """Ragged y (B, None) -> ([START] y, y [END]), both ragged (B, None)."""
+    ones = tf.ones([ids.nrows(), 1], tf.int32)  # (B, 1)
+    splits = ids.row_splits.dtype
+    start = tf.RaggedTensor.from_tensor(ones * START_ID, row_splits_dtype=splits)
+    end = tf.RaggedTensor.from_tensor(ones * END_ID, row_splits_dtype=splits)
+    return tf.concat([start, ids], axis=1), tf.concat([ids, end], axis=1)
+
+
+def _tokenized(columns, tokenize, cache, max_sequence_length, what):
+    """Maps `tokenize` over batches of `columns`; warns once if any was cut.
+
+    `tokenize` gets (B,) tensors and returns ragged/dense tensors whose last
+    entry is a (B,) bool "was truncated" flag. The flags are summed in one
+    pass before returning; with `cache` that pass also fills the cache.
+    """
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(columns)
+        .batch(_TOKENIZE_BATCH)
+        .map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+        .unbatch()
+    )
+    dataset = dataset.cache() if cache else dataset
+    count = dataset.reduce(np.int64(0), lambda n, e: n + tf.cast(e[-1], tf.int64))
+    _warn_truncated(int(count), len(columns[-1]), max_sequence_length, what)
+    return dataset
+
+
+def _warn_truncated(count, total, max_sequence_length, what):
+    if count:  # stacklevel 4: the user's call of make_*_dataset.
+        message = f"{count} of {total} examples were truncated to "
+        message += f"max_sequence_length={max_sequence_length} ({what})."
+        warnings.warn(message, TruncationWarning, stacklevel=4)
+
+
+def _series_dataset(inputs, labels, max_sequence_length):
+    """Numbers (N, T) or (N, T, F) -> dataset of ({"features": (T, F)}, label)."""
+    features = np.asarray(inputs, dtype=np.float32)
+    features = features[:, :, None] if features.ndim == 2 else features  # (N, T, F)
+    if features.ndim != 3 or not np.isfinite(features).all():
+        raise ValueError(
+            "inputs must be finite numbers of shape (N, T) or (N, T, F); received "
+            f"shape {features.shape} with {np.sum(~np.isfinite(features))} "
+            "non-finite values (fill missing values first)."
+        )
+    length = features.shape[1]
+    _warn_truncated(
+        len(features) if length > max_sequence_length else 0,
+        len(features),
+        max_sequence_length,
+        f"series of {length} steps",
+    )
+    features = features[:, :max_sequence_length]  # (N, T', F)
+    return tf.data.Dataset.from_tensor_slices(({"features": features}, labels))
+
+
+def _check_common(num_inputs, num_labels, max_sequence_length, names):
+    if num_inputs != num_labels:
+        raise ValueError(
+            f"{names[0]} has {num_inputs} items but {names[1]} has {num_labels}."
+        )
+    if num_inputs == 0:
+        raise ValueError(f"{names[0]} is empty.")
+    if max_sequence_length < 2:
+        raise ValueError(
+            f"max_sequence_length must be >= 2, received {max_sequence_length}."
+        )
+
+
+def _finish(dataset, num_examples, shuffle, seed, repeat):
+    if shuffle:
+        buffer_size = min(num_examples, _MAX_SHUFFLE_BUFFER)
+        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
+    return dataset.repeat() if repeat else dataset
+
+
+def make_translation_dataset(
+    src_sentences,
+    tgt_sentences,
+    src_tokenizer,
+    tgt_tokenizer,
+    max_sequence_length,
+    tokens_per_batch,
+    shuffle=True,
+    seed=0,
+    cache=True,
+    repeat=False,
+    pad_to_length=None,
+    drop_remainder=False,
+    boundaries=None,
+):
+    """Builds `({"encoder_token_ids", "decoder_token_ids"}, labels)` batches.
+
+    Sources are cut to `max_sequence_length` pieces and targets to
+    `max_sequence_length - 1`, so `[START] y` and `y [END]` fit too. The
+    number of truncated pairs is counted exactly in one pass before the
+    dataset is returned (with `cache=True` that pass fills the cache, so text
+    is tokenised once) and reported in a single `TruncationWarning`.
+
+    Args:
+        src_sentences: List of source strings.
+        tgt_sentences: List of target strings, aligned with the sources.
+        src_tokenizer: Object with `tokenize(strings (B,)) -> ragged (B, None)`.
+        tgt_tokenizer: Same, for the target language.
+        max_sequence_length: Longest encoder and decoder sequence.
+        tokens_per_batch: Batch size in tokens: every batch has at most this
+            many positions in its longer side (batch * max(S, T)).
+        shuffle: Shuffle examples (buffer up to 65,536) before batching.
+        seed: Shuffle seed.
+        cache: Keep the tokenised examples in memory after the first pass.
+        repeat: Repeat forever (for `fit(steps_per_epoch=...)`).
+        pad_to_length: When set, no bucketing: every batch has
+            `tokens_per_batch // pad_to_length` rows padded to exactly this
+            length (fully static shapes with `drop_remainder=True`).
+        drop_remainder: Drop incomplete batches (static batch size per bucket).
+        boundaries: Bucket boundaries; defaults to `bucket_boundaries(...)`.
+
+    Returns:
+        A `tf.data.Dataset`, prefetched.
+
+    Raises:
+        ValueError: On misaligned or empty inputs or inconsistent sizes.
+    """
+    _check_common(
+        len(src_sentences),
+        len(tgt_sentences),
+        max_sequence_length,
+        ("src_sentences", "tgt_sentences"),
+    )
+    longest = pad_to_length or max_sequence_length
+    if pad_to_length is not None and pad_to_length < max_sequence_length:
+        raise ValueError(
+            f"pad_to_length={pad_to_length} is shorter than "
+            f"max_sequence_length={max_sequence_length}."
+        )
+    if tokens_per_batch < longest:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} cannot hold one sequence of "
+            f"length {longest}."
+        )
+
+    def tokenize(src, tgt):  # (B,) strings -> ragged (B, None) ids.
+        src_ids, src_long = _truncate(src_tokenizer.tokenize(src), max_sequence_length)
+        tgt_ids, tgt_long = _truncate(
+            tgt_tokenizer.tokenize(tgt), max_sequence_length - 1
+        )
+        decoder_ids, labels = _add_start_end(tgt_ids)
+        return src_ids, decoder_ids, labels, src_long | tgt_long
+
+    columns = tuple(
+        tf.constant(list(c), tf.string) for c in (src_sentences, tgt_sentences)
+    )
+    what = (
+        f"source > {max_sequence_length} or target > {max_sequence_length - 1} tokens"
+    )
+    dataset = _tokenized(columns, tokenize, cache, max_sequence_length, what).map(
+        lambda src, dec, labels, _: (
+            {"encoder_token_ids": src, "decoder_token_ids": dec},
+            labels,
+        )
+    )
+    dataset = _finish(dataset, len(src_sentences), shuffle, seed, repeat)
+
+    if pad_to_length is not None:
+        shape = [pad_to_length]
+        dataset = dataset.padded_batch(
+            tokens_per_batch // pad_to_length,
+            padded_shapes=(
+                {"encoder_token_ids": shape, "decoder_token_ids": shape},
+                shape,
+            ),
+            drop_remainder=drop_remainder,
+        )
+    else:
+        boundaries = list(boundaries or bucket_boundaries(max_sequence_length))
+        # Bucket i holds lengths in [boundaries[i-1], boundaries[i]).
+        longest_per_bucket = [b - 1 for b in boundaries] + [max_sequence_length]
+        batch_sizes = [max(1, tokens_per_batch // n) for n in longest_per_bucket]
+        dataset = dataset.bucket_by_sequence_length(
+            lambda features, labels: tf.maximum(
+                tf.shape(features["encoder_token_ids"])[0],
+                tf.shape(features["decoder_token_ids"])[0],
+            ),
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=batch_sizes,
+            drop_remainder=drop_remainder,
+        )
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_classification_dataset(
+    inputs,
+    labels,
+    tokenizer=None,
+    max_sequence_length=128,
+    batch_size=32,
+    shuffle=True,
+    seed=0,
+    cache=True,
+    repeat=False,
+    pad_to_length=None,
+    drop_remainder=False,
+):
+    """Builds `({"token_ids"} or {"features"}, labels)` batches.
+
+    With a tokenizer, `inputs` are strings, cut to `max_sequence_length`
+    pieces (one `TruncationWarning` with the exact count) and 0-padded to the
+    longest row of each batch, or to `pad_to_length`. Without one, `inputs`
+    are numeric sequences (N, T) or (N, T, F), e.g. from `read_ucr`, cut to
+    `max_sequence_length` steps.
+
+    Args:
+        inputs: List of strings, or an array (N, T) / (N, T, F).
+        labels: Int class ids (N,).
+        tokenizer: A `WordPieceTokenizer`-like object, or None for numbers.
+        max_sequence_length: Longest token sequence / time series kept.
+        batch_size: Examples per batch.
+        shuffle: Reshuffle every epoch.
+        seed: Shuffle seed.
+        cache: Cache the tokenised examples in memory.
+        repeat: Repeat forever.
+        pad_to_length: Fixed padded length for token ids.
+        drop_remainder: Drop the last incomplete batch.
+
+    Returns:
+        A prefetched `tf.data.Dataset` of `({"token_ids": int32 (B, T)}, int32
+        (B,))` or `({"features": float32 (B, T, F)}, int32 (B,))`.
+
+    Raises:
+        ValueError: On misaligned inputs, negative labels or non-finite features.
+    """
+    labels = np.asarray(labels, dtype=np.int32)
+    _check_common(len(inputs), len(labels), max_sequence_length, ("inputs", "labels"))
+    if labels.ndim != 1 or labels.min() < 0:
+        raise ValueError(
+            f"labels must be non-negative class ids (N,), received {labels[:8]}."
+        )
+    if tokenizer is None:
+        if pad_to_length is not None:
+            raise ValueError(
+                "pad_to_length applies to token ids; numeric series are not padded."
+            )
+        dataset = _series_dataset(inputs, labels, max_sequence_length)
+    else:
+
+        def tokenize(text, label):  # (B,) strings -> ragged (B, None) ids.
+            ids, too_long = _truncate(tokenizer.tokenize(text), max_sequence_length)
+            return ids, label, too_long
+
+        columns = (tf.constant(list(inputs), tf.string), labels)
+        dataset = _tokenized(columns, tokenize, cache, max_sequence_length, "tokens")
+        dataset = dataset.map(lambda ids, label, _: ({"token_ids": ids}, label))
+    dataset = _finish(dataset, len(labels), shuffle, seed, repeat)
+    if tokenizer is None:
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    else:
+        shape = [pad_to_length if pad_to_length is not None else None]
+        dataset = dataset.padded_batch(
+            batch_size,
+            padded_shapes=({"token_ids": shape}, []),
+            drop_remainder=drop_remainder,
+        )
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def padding_fraction(dataset, max_batches=None):
+    """Fraction of integer feature positions that are padding (id 0).
+
+    1 - padding_fraction is the share of real tokens in the tensors the model
+    actually processes; bucketing should make it much smaller than fixed
+    padding on the same data.
+
+    Args:
+        dataset: Yields `(features dict, labels)` with int token-id features.
+        max_batches: Only look at this many batches (None: all).
+
+    Returns:
+        A float in [0, 1]: padded positions / all positions, summed over the
+        integer features (encoder and decoder ids; labels are not counted).
+    """
+    padded = total = 0
+    for index, (features, _) in enumerate(dataset):
+        if max_batches is not None and index >= max_batches:
+            break
+        for value in features.values():
+            if value.dtype.is_integer:
+                padded += int(tf.reduce_sum(tf.cast(value == 0, tf.int64)))
+                total += int(tf.size(value, out_type=tf.int64))
+    return padded / total if total else 0.0
