@@ -17,8 +17,13 @@ from training.train import train
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The smallest run that still exercises every part of the pipeline.
 FAST = [
-    "epochs=2", "toy_train_size=240", "toy_eval_size=16", "eval_sentences=4",
-    "beam_size=2", "checkpoint_every_steps=4", "tokens_per_batch=192",
+    "epochs=2",
+    "toy_train_size=240",
+    "toy_eval_size=16",
+    "eval_sentences=4",
+    "beam_size=2",
+    "checkpoint_every_steps=4",
+    "tokens_per_batch=192",
 ]
 
 
@@ -42,22 +47,40 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     metrics = train(config, run_dir, verbose=0)
 
-    for name in ("config.json", "vocab/vocab.txt", "model.keras", "metrics.json",
-                 "checkpoints/resume/LATEST"):
+    for name in (
+        "config.json",
+        "vocab/vocab.txt",
+        "model.keras",
+        "metrics.json",
+        "checkpoints/resume/LATEST",
+    ):
         assert (run_dir / name).exists(), name
-    assert TrainingConfig.from_dict(json.loads((run_dir / "config.json").read_text())) == config
+    assert (
+        TrainingConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+        == config
+    )
     history = metrics["history"]
     assert history["loss"][-1] < history["loss"][0]
-    assert {"test_bleu_greedy", "test_bleu_beam", "valid_masked_accuracy"} <= set(metrics)
+    assert {"test_bleu_greedy", "test_bleu_beam", "valid_masked_accuracy"} <= set(
+        metrics
+    )
     tags = _tensorboard_tags(run_dir / "logs")
-    for tag in ("epoch_loss", "epoch_learning_rate", "epoch_val_bleu",
-                "cross_attention/last_layer", "_hparams_/session_start_info"):
+    for tag in (
+        "epoch_loss",
+        "epoch_learning_rate",
+        "epoch_bleu",
+        "cross_attention/last_layer",
+        "_hparams_/session_start_info",
+    ):
         assert any(tag in t for t in tags), (tag, sorted(tags))
     # The saved model reloads and gives the logits of the trained one.
     run = load_run(run_dir)
     ids = np.array([[5, 6, 7, 3]], "int32")
     inputs = {"encoder_token_ids": ids, "decoder_token_ids": ids}
-    assert run.tokenizer.vocabulary_size == run.model.get_layer("shared_embedding").vocabulary_size
+    assert (
+        run.tokenizer.vocabulary_size
+        == run.model.get_layer("shared_embedding").vocabulary_size
+    )
     np.testing.assert_allclose(run.model(inputs), run.model(inputs))
 
 
@@ -101,13 +124,16 @@ def test_bad_data_is_refused_before_training(tmp_path):
     src, tgt = tmp_path / "a.src", tmp_path / "a.tgt"
     src.write_text("one\ntwo\nthree\n")
     tgt.write_text("eins\nzwei\n")
-    config = load_config("tiny", FAST + [
-        "dataset=files", f'train_files=["{src}", "{tgt}"]'])
+    config = load_config(
+        "tiny", FAST + ["dataset=files", f'train_files=["{src}", "{tgt}"]']
+    )
     with pytest.raises(ValueError, match="3.*2|2.*3"):
         train(config, tmp_path / "run", verbose=0)
     assert not (tmp_path / "run" / "model.keras").exists()
-    missing = load_config("tiny", FAST + [
-        "dataset=files", f'train_files=["{tmp_path}/nope.src", "{tgt}"]'])
+    missing = load_config(
+        "tiny",
+        FAST + ["dataset=files", f'train_files=["{tmp_path}/nope.src", "{tgt}"]'],
+    )
     with pytest.raises(FileNotFoundError, match="nope.src"):
         train(missing, tmp_path / "run2", verbose=0)
 
@@ -121,10 +147,26 @@ def test_multi_worker_without_tf_config_fails_before_any_work(tmp_path, monkeypa
 
 
 def _train_command(run_dir, extra=()):
-    overrides = FAST + ["deterministic=true", "epochs=2", "eval_sentences=0",
-                        "beam_size=1", "checkpoint_every_steps=3", *extra]
-    command = [sys.executable, "-m", "training", "train", "--config", "tiny",
-               "--run-dir", str(run_dir), "--verbose", "0"]
+    overrides = FAST + [
+        "deterministic=true",
+        "epochs=2",
+        "eval_sentences=0",
+        "beam_size=1",
+        "checkpoint_every_steps=3",
+        *extra,
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "training",
+        "train",
+        "--config",
+        "tiny",
+        "--run-dir",
+        str(run_dir),
+        "--verbose",
+        "0",
+    ]
     for item in overrides:
         command += ["--set", item]
     return command
@@ -139,8 +181,12 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     """SIGKILL mid-epoch, rerun the same command: weights equal an uninterrupted run."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
     reference = tmp_path / "reference"
-    subprocess.run(_train_command(reference), check=True, cwd=REPO, env=env, timeout=300)
-    steps_per_epoch = json.loads((reference / "metrics.json").read_text())["steps_per_epoch"]
+    subprocess.run(
+        _train_command(reference), check=True, cwd=REPO, env=env, timeout=300
+    )
+    steps_per_epoch = json.loads((reference / "metrics.json").read_text())[
+        "steps_per_epoch"
+    ]
     assert steps_per_epoch > 4, "the tiny corpus must give a multi-step epoch"
 
     interrupted = tmp_path / "interrupted"
@@ -161,8 +207,12 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     assert 0 < killed_at < 2 * steps_per_epoch
     assert not (interrupted / "metrics.json").exists()
 
-    subprocess.run(_train_command(interrupted), check=True, cwd=REPO, env=env, timeout=300)
+    subprocess.run(
+        _train_command(interrupted), check=True, cwd=REPO, env=env, timeout=300
+    )
     resumed_metrics = json.loads((interrupted / "metrics.json").read_text())
     assert resumed_metrics["steps"] == 2 * steps_per_epoch
-    for a, b in zip(_final_weights(reference), _final_weights(interrupted), strict=True):
+    for a, b in zip(
+        _final_weights(reference), _final_weights(interrupted), strict=True
+    ):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

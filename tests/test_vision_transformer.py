@@ -7,8 +7,15 @@ from sklearn.datasets import load_digits
 
 from keras_transformer.models import VisionTransformer
 
-TINY = dict(num_classes=10, image_size=8, patch_size=2, num_layers=1, hidden_dim=16,
-            num_heads=2, intermediate_dim=32)
+TINY = dict(
+    num_classes=10,
+    image_size=8,
+    patch_size=2,
+    num_layers=1,
+    hidden_dim=16,
+    num_heads=2,
+    intermediate_dim=32,
+)
 
 
 def _images(rng, batch=3, size=8):
@@ -70,10 +77,14 @@ def test_resized_grid_interpolates_a_linear_ramp_bilinearly(rng):
     source = np.clip((np.arange(8) + 0.5) * 0.5 - 0.5, 0, 3)
     rows, cols = np.meshgrid(source, source, indexing="ij")
     expected = (rows + 10 * cols).reshape(64, 1) * scale
-    table = keras.ops.convert_to_numpy(resized.patch_position_embedding.position_embeddings)
+    table = keras.ops.convert_to_numpy(
+        resized.patch_position_embedding.position_embeddings
+    )
     np.testing.assert_allclose(table, expected, atol=1e-5)
     np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(resized.class_position_embedding.position_embeddings),
+        keras.ops.convert_to_numpy(
+            resized.class_position_embedding.position_embeddings
+        ),
         keras.ops.convert_to_numpy(model.class_position_embedding.position_embeddings),
     )
     logits = resized(_images(rng, size=16), training=False)
@@ -103,7 +114,9 @@ def test_two_routes_to_an_8x8_grid_agree(rng):
     images = _images(rng)
     upsampled = images.repeat(2, axis=1).repeat(2, axis=2)  # (B, 16, 16, 1)
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(model.resized(image_size=16)(upsampled, training=False)),
+        keras.ops.convert_to_numpy(
+            model.resized(image_size=16)(upsampled, training=False)
+        ),
         keras.ops.convert_to_numpy(model.resized(patch_size=1)(images, training=False)),
         atol=1e-5,
     )

@@ -264,8 +264,12 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
-    def compute_mask(self, query, value, key=None, query_mask=None, *args, **kwargs):
-        return query_mask
+    def compute_mask(self, query, previous_mask=None, *args, **kwargs):
+        # Keras calls `compute_mask(query, previous_mask)` where
+        # `previous_mask` is the query's Keras mask; the old signature read it
+        # as `value` and always returned None, dropping the query mask that
+        # the docstring promises to put back on the output.
+        return previous_mask
 
     def get_config(self):
         config = super().get_config()

@@ -11,23 +11,32 @@ from keras_transformer.layers.validation import check_positive_int
 def interpolate_positions(embeddings, new_length, grid=False):
     """Resize a `(L, d)` table of position embeddings to `(new_length, d)`.
 
-    Linear interpolation along the sequence; with `grid=True` the table is a
+    Linear interpolation along the sequence, corners aligned: new row j is old
+    position j (L - 1) / (new_length - 1), so the first and last rows are kept
+    and a linear table stays exactly linear.  With `grid=True` the table is a
     square `sqrt(L) x sqrt(L)` grid of patch positions (ViT, Dosovitskiy et al.
     2021, Section 3.2) and is resized bilinearly to a `sqrt(new_length)` grid.
     """
     length, width = embeddings.shape
-    if grid:
-        old_side, new_side = math.isqrt(length), math.isqrt(new_length)
-        if old_side**2 != length or new_side**2 != new_length:
-            raise ValueError(
-                "With grid=True both lengths must be perfect squares; received "
-                f"length={length}, new_length={new_length}."
-            )
-        image = ops.reshape(embeddings, (1, old_side, old_side, width))
-        size = (new_side, new_side)
-    else:
-        image = ops.reshape(embeddings, (1, length, 1, width))
-        size = (new_length, 1)
+    if not grid:
+        # Not `ops.image.resize`: its half-pixel centres move the endpoints when
+        # shrinking and bend a linear table near its ends when growing.
+        table = ops.cast(embeddings, "float32")
+        position = ops.linspace(0.0, float(length - 1), new_length)  # (L',)
+        low = ops.minimum(ops.cast(ops.floor(position), "int32"), max(length - 2, 0))
+        high = ops.minimum(low + 1, length - 1)
+        frac = ops.expand_dims(position - ops.cast(low, "float32"), 1)  # (L', 1)
+        return (
+            ops.take(table, low, axis=0) * (1.0 - frac) + ops.take(table, high, axis=0) * frac
+        )  # (L', d)
+    old_side, new_side = math.isqrt(length), math.isqrt(new_length)
+    if old_side**2 != length or new_side**2 != new_length:
+        raise ValueError(
+            "With grid=True both lengths must be perfect squares; received "
+            f"length={length}, new_length={new_length}."
+        )
+    image = ops.reshape(embeddings, (1, old_side, old_side, width))
+    size = (new_side, new_side)
     resized = ops.image.resize(
         ops.cast(image, "float32"), size, interpolation="bilinear", antialias=False
     )

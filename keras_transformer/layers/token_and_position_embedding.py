@@ -114,7 +114,12 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         return x + self.position_encoding(x, start_index=start_index)
 
     def compute_mask(self, inputs, mask=None, reverse=False, **kwargs):
-        if reverse or not self.mask_zero:
+        # Keras calls `compute_mask(inputs, previous_mask)` without the call's
+        # keyword arguments, so `reverse` is always False here; recognise the
+        # reversed call by its float hidden states instead, or the logits
+        # would carry a `(B, T, d)` mask `hidden != 0` (PEERS pain point 6).
+        is_token_ids = "int" in keras.backend.standardize_dtype(inputs.dtype)
+        if reverse or not self.mask_zero or not is_token_ids:
             return None
         return ops.not_equal(inputs, 0)
 

@@ -146,6 +146,17 @@ class TransformerEncoderBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
+    def compute_output_spec(self, *args, return_attention_scores=False, **kwargs):
+        # Keras builds a symbolic output from `compute_output_shape`, which never
+        # sees `return_attention_scores` (nor, in the decoder, a cache): a
+        # functional call then returned one tensor where the eager call returns
+        # a tuple.  Trace `call` itself whenever the output is a tuple.
+        if return_attention_scores or kwargs.get("self_attention_cache") is not None:
+            return keras.Operation.compute_output_spec(
+                self, *args, return_attention_scores=return_attention_scores, **kwargs
+            )
+        return super().compute_output_spec(*args, **kwargs)
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -2,6 +2,8 @@
 
 import numbers
 
+import numpy as np
+
 
 def check_positive_int(name, value, allow_none=False):
     if value is None and allow_none:
@@ -31,3 +33,19 @@ def check_divisible(name, value, divisor_name, divisor):
             f"`{name}` must be divisible by `{divisor_name}`; received "
             f"{name}={value}, {divisor_name}={divisor}."
         )
+
+
+def check_token_ids(name, value):
+    """Token ids given as host data (numpy, lists) must be integers.
+
+    A functional model silently casts float ids to its int32 inputs (2.7 -> 2),
+    hiding a data bug.  Tensors are not checked: Keras' distributed `fit`
+    builds the model from the float MEAN over replicas of a batch of ids.
+    """
+    if isinstance(value, (np.ndarray, list, tuple)):
+        dtype = np.asarray(value).dtype
+        if not np.issubdtype(dtype, np.integer):
+            raise ValueError(
+                f"`{name}` must be an integer array of token ids; received "
+                f"{name} with dtype={dtype}."
+            )

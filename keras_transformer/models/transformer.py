@@ -11,7 +11,7 @@ from keras_transformer.layers.token_and_position_embedding import (
 )
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_transformer.layers.validation import check_divisible
+from keras_transformer.layers.validation import check_divisible, check_token_ids
 from keras_transformer.models.transformer_config import TransformerConfig, get_preset
 
 
@@ -126,6 +126,14 @@ class Transformer(keras.Model):
             dtype=policy,
             **model_kwargs,
         )
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # Validate before the functional graph casts the inputs to int32.
+        if isinstance(inputs, dict):
+            for name in ("encoder_token_ids", "decoder_token_ids"):
+                if name in inputs:
+                    check_token_ids(name, inputs[name])
+        return super().call(inputs, training=training, mask=mask, **kwargs)
 
     # --- pieces shared by the functional graph and step-by-step decoding ---
     def encode(self, encoder_token_ids, training=None):

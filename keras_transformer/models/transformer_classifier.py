@@ -17,6 +17,7 @@ from keras_transformer.layers.validation import (
     check_divisible,
     check_positive_int,
     check_rate,
+    check_token_ids,
 )
 
 
@@ -163,6 +164,12 @@ class TransformerClassifier(keras.Model):
         self.normalize_first = normalize_first
         self.head_hidden_dim = head_hidden_dim
         self.layer_norm_epsilon = layer_norm_epsilon
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # Validate before the functional graph casts float ids to int32.
+        if self.vocabulary_size is not None:
+            check_token_ids("token_ids", inputs)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
 
     @property
     def input_name(self):

@@ -1,0 +1,130 @@
+"""Export a trained model as a SavedModel that serves raw strings.
+
+Layout of the exported directory:
+
+```
+saved_model.pb, variables/     the inference module (weights only, no optimizer)
+assets/config.json             the resolved run configuration
+assets/vocab.txt               the word-piece vocabulary (token inputs)
+assets/tokenizer.json          the tokenizer options (token inputs)
+assets/labels.txt              one class name a line (classifiers)
+```
+
+`WordPieceTokenizer.load(os.path.join(export_dir, "assets"))` rebuilds the
+tokenizer from the assets alone.
+"""
+
+import json
+import os
+import tempfile
+
+import tensorflow as tf
+
+from export import TASKS
+from export.atomic import atomic_directory
+from export.serving import ClassifierModule, TranslatorModule
+
+
+def build_serving_module(model, tokenizer, task, label_names=None):
+    """The inference `tf.Module` for `task` (see `export.serving`).
+
+    Args:
+        model: A `Transformer` (translation) or `TransformerClassifier`.
+        tokenizer: The run's tokenizer; None for numeric classifiers.
+        task: One of `TASKS`; "timeseries" is a classifier over features.
+        label_names: Class names of a classifier.
+
+    Returns:
+        A `TranslatorModule` or a `ClassifierModule`.
+
+    Raises:
+        ValueError: On an unknown task or a model that does not fit it.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}; received task={task!r}.")
+    if task == "translation":
+        if tokenizer is None or not hasattr(model, "decode_step"):
+            raise ValueError(
+                "task='translation' needs a seq2seq Transformer and its tokenizer; received "
+                f"model={type(model).__name__}, tokenizer={type(tokenizer).__name__}."
+            )
+        return TranslatorModule(model, tokenizer)
+    if not hasattr(model, "num_classes"):
+        raise ValueError(
+            f"task={task!r} needs a TransformerClassifier; received {type(model).__name__}."
+        )
+    return ClassifierModule(model, tokenizer, label_names)
+
+
+def _write_assets(directory, config, tokenizer, label_names):
+    """Writes the asset files into `directory`; returns {name: path}."""
+    paths = {"config": os.path.join(directory, "config.json")}
+    with open(paths["config"], "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    if tokenizer is not None and hasattr(tokenizer, "save"):
+        tokenizer.save(directory)
+        for name, file_name in (
+            ("vocabulary", "vocab.txt"),
+            ("tokenizer", "tokenizer.json"),
+        ):
+            if os.path.isfile(os.path.join(directory, file_name)):
+                paths[name] = os.path.join(directory, file_name)
+    if label_names is not None:
+        paths["labels"] = os.path.join(directory, "labels.txt")
+        with open(paths["labels"], "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(f"{name}\n" for name in label_names)
+    return paths
+
+
+def export_saved_model(
+    model, tokenizer, config, export_dir, task, label_names=None, overwrite=False
+):
+    """Writes a strings-in SavedModel of `model`, atomically.
+
+    Signatures: for translation `serving_default` (`sentences` tf.string
+    `(B,)` -> `translations`), `translate_ids` (`encoder_token_ids` int32
+    `(B, S)` -> `token_ids`) and `translate_beam` (`sentences` ->
+    `translations`, `scores`); for a token classifier `serving_default`
+    (`sentences` -> `probabilities` `(B, K)`, `labels`) and `classify_ids`
+    (`token_ids`); for a numeric classifier `serving_default` (`features`
+    float32 `(B, T, F)`).
+
+    The export is written into a temporary directory beside `export_dir` and
+    renamed into place when complete; on any error nothing is left behind.
+
+    Args:
+        model: The trained Keras model (its optimizer is not exported).
+        tokenizer: The run's `WordPieceTokenizer`, or None for numeric input.
+        config: The resolved run configuration, a JSON-serialisable dict.
+        export_dir: Target directory.
+        task: "translation", "classification" or "timeseries".
+        label_names: Class names of a classifier (written to labels.txt).
+        overwrite: Replace an existing `export_dir`.
+
+    Returns:
+        The absolute path of the export.
+
+    Raises:
+        FileExistsError: If `export_dir` exists and `overwrite` is False.
+        ValueError: On an unknown task, a model that does not fit it, or a
+            config that is not JSON-serialisable.
+    """
+    try:
+        config = json.loads(json.dumps(config))
+    except TypeError as error:
+        raise ValueError(f"config must be JSON-serialisable: {error}") from error
+    module = build_serving_module(model, tokenizer, task, label_names)
+    if task != "translation":
+        label_names = [name.decode("utf-8") for name in module.label_names.numpy()]
+    export_dir = os.path.abspath(os.fspath(export_dir))
+    with (
+        atomic_directory(export_dir, overwrite) as staging,
+        tempfile.TemporaryDirectory() as assets,
+    ):
+        asset_paths = _write_assets(assets, config, tokenizer, label_names)
+        module.assets = {
+            name: tf.saved_model.Asset(path) for name, path in asset_paths.items()
+        }
+        tf.saved_model.save(module, staging, signatures=module.signatures())
+    return export_dir

@@ -1,0 +1,277 @@
+"""Inference-only `tf.Module`s: strings in, strings or probabilities out.
+
+These modules are what a SavedModel serves. Each holds the Keras model's
+weights and the tokenizer, and nothing of training: the Keras model itself is
+kept out of TensorFlow's object graph, so its optimizer (whose export broke
+the peers' translators, PEERS.md pain point 3), compiled train functions and
+metrics never reach the SavedModel. Every method is a `tf.function` with a
+fixed input signature whose `tf.TensorSpec`s declare `tf.string` explicitly
+(PEERS.md pain point 2); the argument names become the signature input keys
+and the returned dict keys its output keys.
+"""
+
+import tensorflow as tf
+
+from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
+
+# Section 6.1: "maximum output length ... input length + 50".
+EXTRA_OUTPUT_LENGTH = 50
+SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
+
+
+def _keep_out_of_object_graph(module, name, value):
+    """Stores `value` on `module` without TensorFlow tracking it."""
+    object.__setattr__(module, name, value)
+
+
+def _tf_variables(model):
+    """The `tf.Variable`s under the model's Keras variables, to be tracked.
+
+    Tracking the Keras wrappers themselves gives a SavedModel that TF2's
+    `tf.saved_model.load` runs but TF1-style loaders (`saved_model_cli run`,
+    TensorFlow Serving) do not: "Could not find variable ...".
+    """
+    variables = [weight.value for weight in model.weights]
+    for variable in variables:
+        if not isinstance(variable, tf.Variable):
+            raise TypeError(
+                f"Expected tf.Variable weights (TensorFlow backend); got {type(variable)}."
+            )
+    return variables
+
+
+def _dense_ids(ragged_ids, max_length):
+    """Ragged `(B, None)` ids -> `(B, S)` cut to `max_length`, 0-padded, S >= 1.
+
+    A batch of empty sentences still gets one (padding) column, so the model
+    never sees a zero-length axis.
+    """
+    return _at_least_one_column(ragged_ids[:, :max_length].to_tensor(PAD_ID))
+
+
+def _at_least_one_column(ids):
+    """`(B, S)` ids, padded to `(B, max(S, 1))`."""
+    return tf.pad(ids, [[0, 0], [0, tf.maximum(1 - tf.shape(ids)[1], 0)]])
+
+
+def fill_empty_rows(ids):
+    """Rows of only padding get one `[UNK]` token at position 0.
+
+    The classifier mean-pools over real tokens, which is 0 / 0 = NaN for a
+    row without any (an empty or whitespace-only sentence); serving reads
+    such a sentence as one unknown word instead.
+    """
+    empty = tf.reduce_all(ids == PAD_ID, axis=1, keepdims=True)  # (B, 1)
+    first = tf.range(tf.shape(ids)[1]) == 0  # (S,)
+    return tf.where(empty & first[None, :], UNK_ID, ids)  # (B, S)
+
+
+def replace_invalid_ids(token_ids, vocabulary_size):
+    """Ids outside [0, V) become `[UNK]`: a gather must never go out of range."""
+    token_ids = tf.cast(token_ids, tf.int32)
+    bad = (token_ids < 0) | (token_ids >= vocabulary_size)
+    return tf.where(bad, UNK_ID, token_ids)
+
+
+class TranslatorModule(tf.Module):
+    """Greedy and beam-search translation of raw strings inside the graph.
+
+    Sentences are tokenized by the (shared source/target) tokenizer, cut to
+    the model's `max_sequence_length` pieces exactly as the training pipeline
+    cuts them, decoded with the key/value cache, and detokenized. The output
+    length is capped at min(S + 50, `max_sequence_length`), S being the
+    longest (cut) source of the batch (Section 6.1, and the decoder has no
+    positions beyond `max_sequence_length`).
+
+    Args:
+        model: A trained `keras_transformer.models.Transformer`.
+        tokenizer: A `WordPieceTokenizer` (or any `tf.Module` with
+            `tokenize`/`detokenize`), shared by source and target.
+        beam_size: Beams of `translate_beam` (the paper's 4).
+        length_penalty: GNMT alpha of `translate_beam` (the paper's 0.6).
+        name: Module name.
+
+    Example:
+
+    ```python
+    module = TranslatorModule(model, tokenizer)
+    module.translate(tf.constant(["i have two apples"]))["translations"]
+    ```
+    """
+
+    def __init__(self, model, tokenizer, beam_size=4, length_penalty=0.6, name=None):
+        super().__init__(name=name)
+        _keep_out_of_object_graph(self, "_model", model)
+        self.model_weights = _tf_variables(model)
+        self.tokenizer = tokenizer
+        self.max_sequence_length = int(model.config.max_sequence_length)
+        self.vocabulary_size = int(model.config.vocabulary_size)
+        self.beam_size = int(beam_size)
+        self.length_penalty = float(length_penalty)
+
+    def signatures(self):
+        """Concrete functions to serve, by signature name (`serving_default` first)."""
+        return {
+            "serving_default": self.translate.get_concrete_function(),
+            "translate_ids": self.translate_ids.get_concrete_function(),
+            "translate_beam": self.translate_beam.get_concrete_function(),
+        }
+
+    def _source_ids(self, sentences):
+        return _dense_ids(self.tokenizer.tokenize(sentences), self.max_sequence_length)
+
+    def _max_length(self, encoder_token_ids):
+        source_length = tf.shape(encoder_token_ids)[1]
+        return tf.minimum(source_length + EXTRA_OUTPUT_LENGTH, self.max_sequence_length)
+
+    def _greedy(self, encoder_token_ids):
+        return greedy_search(
+            self._model,
+            encoder_token_ids,
+            max_length=self._max_length(encoder_token_ids),
+            start_id=START_ID,
+            end_id=END_ID,
+            pad_id=PAD_ID,
+        )  # (B, L)
+
+    def _detokenize(self, token_ids):
+        return self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(token_ids))
+
+    @tf.function(input_signature=[SENTENCES])
+    def translate(self, sentences):
+        """Strings `(B,)` -> `{"translations": (B,) tf.string}` by greedy search."""
+        return {
+            "translations": self._detokenize(self._greedy(self._source_ids(sentences)))
+        }
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="encoder_token_ids")
+        ]
+    )
+    def translate_ids(self, encoder_token_ids):
+        """Source ids `(B, S)` -> `{"token_ids": (B, L) int32}` (END included, 0 after).
+
+        Columns past `max_sequence_length` are dropped; ids outside the
+        vocabulary are read as `[UNK]`.
+        """
+        ids = replace_invalid_ids(
+            encoder_token_ids[:, : self.max_sequence_length], self.vocabulary_size
+        )
+        return {"token_ids": self._greedy(_at_least_one_column(ids))}
+
+    @tf.function(input_signature=[SENTENCES])
+    def translate_beam(self, sentences):
+        """Strings `(B,)` -> `{"translations": (B,), "scores": (B,) float32}`.
+
+        Beam search with `beam_size` beams and the GNMT length penalty;
+        scores are log P(Y) / lp(Y) of the returned translations.
+        """
+        ids = self._source_ids(sentences)
+        token_ids, scores = beam_search(
+            self._model,
+            ids,
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            max_length=self._max_length(ids),
+            start_id=START_ID,
+            end_id=END_ID,
+            pad_id=PAD_ID,
+        )
+        return {"translations": self._detokenize(token_ids), "scores": scores}
+
+
+class ClassifierModule(tf.Module):
+    """Class probabilities and label names for strings, token ids or series.
+
+    Token classifiers get `classify(sentences (B,) tf.string)` (tokenized in
+    the graph and cut to `max_sequence_length` like the training pipeline)
+    and `classify_ids(token_ids (B, S) int32)`; numeric classifiers get
+    `classify_features(features (B, T, F) float32)`. Each returns
+    `{"probabilities": (B, K) float32, "labels": (B,) tf.string}`: K is
+    `num_classes`, the label the most probable class, or with a single
+    sigmoid output `label_names[p > 0.5]`. A sentence without any token
+    (empty, or only whitespace) is read as one `[UNK]`: the model's masked
+    mean pooling is undefined (NaN) over zero tokens.
+
+    Args:
+        model: A trained `keras_transformer.models.TransformerClassifier`.
+        tokenizer: Its tokenizer for token input, None for numeric input.
+        label_names: One name per class (two for a single sigmoid output);
+            defaults to "0", "1", ...
+        name: Module name.
+
+    Raises:
+        ValueError: If a token model comes without a tokenizer, or the number
+            of label names does not match the classes.
+    """
+
+    def __init__(self, model, tokenizer=None, label_names=None, name=None):
+        super().__init__(name=name)
+        num_names = max(int(model.num_classes), 2)
+        label_names = [str(n) for n in (label_names or range(num_names))]
+        if len(label_names) != num_names:
+            raise ValueError(
+                f"label_names must name {num_names} classes for num_classes="
+                f"{model.num_classes}; received {len(label_names)}: {label_names}."
+            )
+        self.token_input = model.vocabulary_size is not None
+        if self.token_input and tokenizer is None:
+            raise ValueError(
+                "A token classifier needs its tokenizer; received tokenizer=None."
+            )
+        _keep_out_of_object_graph(self, "_model", model)
+        self.model_weights = _tf_variables(model)
+        self.tokenizer = tokenizer if self.token_input else None
+        self.label_names = tf.constant(label_names, tf.string)
+        self.max_sequence_length = int(model.max_sequence_length)
+        self.num_classes = int(model.num_classes)
+        self.vocabulary_size = model.vocabulary_size
+        self.num_features = model.num_features
+        if self.token_input:
+            ids_spec = tf.TensorSpec([None, None], tf.int32, name="token_ids")
+            self.classify = tf.function(self._classify, input_signature=[SENTENCES])
+            self.classify_ids = tf.function(
+                self._classify_ids, input_signature=[ids_spec]
+            )
+        else:
+            spec = tf.TensorSpec(
+                [None, None, self.num_features], tf.float32, name="features"
+            )
+            self.classify_features = tf.function(
+                self._classify_features, input_signature=[spec]
+            )
+
+    def signatures(self):
+        """Concrete functions to serve, by signature name (`serving_default` first)."""
+        if not self.token_input:
+            return {"serving_default": self.classify_features.get_concrete_function()}
+        return {
+            "serving_default": self.classify.get_concrete_function(),
+            "classify_ids": self.classify_ids.get_concrete_function(),
+        }
+
+    def _outputs(self, inputs):
+        probabilities = self._model.probabilities(self._model(inputs, training=False))
+        if self.num_classes == 1:
+            index = tf.cast(probabilities[:, 0] > 0.5, tf.int32)
+        else:
+            index = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {
+            "probabilities": tf.cast(probabilities, tf.float32),  # (B, K)
+            "labels": tf.gather(self.label_names, index),  # (B,)
+        }
+
+    def _classify(self, sentences):
+        ids = _dense_ids(self.tokenizer.tokenize(sentences), self.max_sequence_length)
+        return self._outputs(fill_empty_rows(ids))
+
+    def _classify_ids(self, token_ids):
+        ids = replace_invalid_ids(
+            token_ids[:, : self.max_sequence_length], self.vocabulary_size
+        )
+        return self._outputs(fill_empty_rows(_at_least_one_column(ids)))
+
+    def _classify_features(self, features):
+        return self._outputs(features[:, : self.max_sequence_length])

@@ -1,0 +1,296 @@
+"""Check an exported SavedModel against the Keras model, outside this process.
+
+Two independent consumers run the export: a fresh Python process that
+imports only TensorFlow and tensorflow-text (`export/fresh_process.py`), and
+TensorFlow's `saved_model_cli run`, whose printed output is parsed. Both are
+compared with the outputs the Keras model computes here, eagerly and without
+the serving module: tokenize -> cut to `max_sequence_length` ->
+`greedy_search` with max length min(S + 50, `max_sequence_length`) ->
+detokenize for a translator; `model.probabilities` for a classifier.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from export import fresh_process
+from export.saved_model_cli import run_saved_model_cli
+from export.serving import EXTRA_OUTPUT_LENGTH
+from keras_transformer.decoding import greedy_search
+from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
+
+PROBES = (
+    "",
+    "a",
+    "two words",
+    "Ünïcödé, emoji 😀 and 中文 mixed",
+    "   \t  ",
+    "[START] [END] [PAD] [UNK]",
+)
+
+
+def probe_examples(tokenizer=None, model=None, num_examples=6, seed=0):
+    """Default inputs for `verify_saved_model`: in-vocabulary sentences + `PROBES`.
+
+    Args:
+        tokenizer: The run's tokenizer (word pieces make in-vocabulary text).
+        model: The classifier, for the feature count of numeric input
+            (used only when `tokenizer` is None).
+        num_examples: Number of in-vocabulary sentences or series.
+        seed: Seed of the NumPy generator.
+
+    Returns:
+        A list of strings, or a float32 array `(num_examples, T, F)`.
+    """
+    rng = np.random.default_rng(seed)
+    if tokenizer is None:
+        length = min(16, int(model.max_sequence_length))
+        return rng.standard_normal((num_examples, length, model.num_features)).astype(
+            np.float32
+        )
+    words = [t for t in tokenizer.vocabulary if t.isalpha() and not t.startswith("[")]
+    sentences = [
+        " ".join(rng.choice(words, size=rng.integers(1, 8)))
+        for _ in range(num_examples)
+    ]
+    return sentences + list(PROBES)
+
+
+def reference_outputs(model, tokenizer, task, examples, label_names=None):
+    """What the export must return for `examples`, computed with Keras here.
+
+    Args:
+        model: The Keras `Transformer` or `TransformerClassifier`.
+        tokenizer: Its tokenizer (None for numeric input).
+        task: "translation", "classification" or "timeseries".
+        examples: Strings, or series `(N, T, F)` for numeric input.
+        label_names: Class names (default "0", "1", ...).
+
+    Returns:
+        `{"translations": (N,) bytes}` for translation, else
+        `{"probabilities": (N, K) float32, "labels": (N,) bytes}`.
+    """
+    if task == "translation":
+        max_sequence_length = int(model.config.max_sequence_length)
+        ragged = tokenizer.tokenize(tf.constant(list(examples), tf.string))
+        ids = ragged[:, :max_sequence_length].to_tensor(0).numpy()
+        ids = np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))])  # (N, max(S, 1))
+        max_length = min(ids.shape[1] + EXTRA_OUTPUT_LENGTH, max_sequence_length)
+        tokens = greedy_search(model, ids, max_length=max_length)
+        text = tokenizer.detokenize(
+            tf.RaggedTensor.from_tensor(tf.convert_to_tensor(tokens))
+        )
+        return {"translations": np.asarray(text.numpy(), dtype=object)}
+    if tokenizer is not None:
+        ragged = tokenizer.tokenize(tf.constant(list(examples), tf.string))
+        inputs = ragged[:, : int(model.max_sequence_length)].to_tensor(0).numpy()
+        inputs = np.pad(inputs, [(0, 0), (0, max(1 - inputs.shape[1], 0))])
+        inputs[(inputs == PAD_ID).all(axis=1), 0] = (
+            UNK_ID  # As served: see ClassifierModule.
+        )
+    else:
+        inputs = np.asarray(examples, np.float32)[:, : int(model.max_sequence_length)]
+    probabilities = np.asarray(
+        model.probabilities(model(inputs, training=False)), np.float32
+    )
+    names = label_names or [str(i) for i in range(max(int(model.num_classes), 2))]
+    index = (
+        (probabilities[:, 0] > 0.5).astype(int)
+        if model.num_classes == 1
+        else probabilities.argmax(-1)
+    )
+    labels = np.asarray([names[i].encode("utf-8") for i in index], dtype=object)
+    return {"probabilities": probabilities, "labels": labels}
+
+
+def run_in_fresh_process(
+    saved_model_dir, inputs, signature="serving_default", timeout=600
+):
+    """Runs `signature` on `inputs` ({key: array}) in a new `python3 -I` process.
+
+    `-I` (isolated mode) drops the current directory and PYTHONPATH from
+    `sys.path`, so this project cannot be imported there even by accident.
+
+    Args:
+        saved_model_dir: The SavedModel directory.
+        inputs: {signature input key: NumPy array}; strings as bytes/str.
+        signature: Signature name.
+        timeout: Seconds before the process is killed.
+
+    Returns:
+        {output key: NumPy array}.
+
+    Raises:
+        RuntimeError: If the process fails, or if it imported this project.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        request_path = os.path.join(scratch, "request.json")
+        response_path = os.path.join(scratch, "response.json")
+        request = {
+            "saved_model_dir": os.path.abspath(saved_model_dir),
+            "signature": signature,
+            "inputs": {
+                key: fresh_process.encode_tensor(value) for key, value in inputs.items()
+            },
+        }
+        with open(request_path, "w", encoding="utf-8") as f:
+            json.dump(request, f)
+        command = [
+            sys.executable,
+            "-I",
+            fresh_process.__file__,
+            request_path,
+            response_path,
+        ]
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=scratch,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"Fresh-process SavedModel run failed ({result.returncode}):\n{result.stderr[-4000:]}"
+            )
+        with open(response_path, encoding="utf-8") as f:
+            response = json.load(f)
+    if response["project_modules"]:
+        raise RuntimeError(
+            f"The fresh process imported this project: {response['project_modules']}."
+        )
+    return {
+        key: fresh_process.decode_tensor(value)
+        for key, value in response["outputs"].items()
+    }
+
+
+def compare_outputs(actual, expected, atol=1e-5):
+    """Differences between two {key: array} dicts, as a list of messages.
+
+    Args:
+        actual: {output key: array} from the export.
+        expected: {output key: array} from `reference_outputs`; only these
+            keys are compared.
+        atol: Tolerance on numbers; strings must be equal.
+
+    Returns:
+        One message per disagreeing output; empty when they agree.
+    """
+    problems = []
+    for key, want in expected.items():
+        if key not in actual:
+            problems.append(f"missing output {key!r}; got {sorted(actual)}")
+            continue
+        got = np.asarray(actual[key])
+        if got.shape != np.shape(want):
+            problems.append(f"{key}: shape {got.shape} != expected {np.shape(want)}")
+        elif np.asarray(want).dtype.kind in "OSU":
+            bad = [
+                i
+                for i, (g, w) in enumerate(zip(got.tolist(), list(want), strict=True))
+                if g != w
+            ]
+            if bad:
+                problems.append(
+                    f"{key}: {len(bad)} rows differ, e.g. row {bad[0]}: {got[bad[0]]!r} != {want[bad[0]]!r}"
+                )
+        elif not np.allclose(got, want, atol=atol, rtol=0):
+            problems.append(
+                f"{key}: max |difference| {np.abs(got - want).max():.3g} > {atol}"
+            )
+    return problems
+
+
+def verify_saved_model(
+    saved_model_dir,
+    model,
+    tokenizer,
+    task,
+    examples=None,
+    label_names=None,
+    use_saved_model_cli=True,
+    atol=1e-5,
+):
+    """Runs `serving_default` outside this process and compares it with Keras.
+
+    Args:
+        saved_model_dir: An export of `export.saved_model.export_saved_model`.
+        model: The Keras model it was exported from.
+        tokenizer: Its tokenizer (None for numeric input).
+        task: "translation", "classification" or "timeseries".
+        examples: Inputs; `probe_examples(...)` if None.
+        label_names: Class names given to the export.
+        use_saved_model_cli: Also run `saved_model_cli run` and parse it.
+        atol: Tolerance on probabilities (strings must match exactly).
+
+    Returns:
+        A dict: `num_examples`, `assets` (file names), `fresh_process` and
+        `saved_model_cli` (lists of differences, empty when they agree, or
+        None when skipped) and `ok`.
+    """
+    if examples is None:
+        examples = probe_examples(tokenizer, model)
+    key = "sentences" if tokenizer is not None else "features"
+    inputs = {
+        key: np.asarray(list(examples), dtype=object)
+        if key == "sentences"
+        else np.asarray(examples, np.float32)
+    }
+    expected = reference_outputs(model, tokenizer, task, examples, label_names)
+    fresh = compare_outputs(
+        run_in_fresh_process(saved_model_dir, inputs), expected, atol
+    )
+    cli = None
+    if use_saved_model_cli:
+        cli = compare_outputs(
+            run_saved_model_cli(saved_model_dir, inputs), expected, atol
+        )
+    assets_dir = os.path.join(saved_model_dir, "assets")
+    assets = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
+    missing = [name for name in ("config.json",) if name not in assets]
+    return {
+        "num_examples": len(examples),
+        "assets": assets,
+        "fresh_process": fresh,
+        "saved_model_cli": cli,
+        "ok": not fresh and not cli and not missing,
+    }
+
+
+def verify_run_exports(run, saved_model_dir, tflite_path=None):
+    """Checks a run's SavedModel (and `.tflite`) against its Keras model.
+
+    Args:
+        run: A loaded run (`training.run_dir.load_run`): `.task`, `.model`,
+            `.tokenizer`, `.label_names`.
+        saved_model_dir: Its SavedModel export.
+        tflite_path: Its `.tflite` export, or None.
+
+    Returns:
+        `{"saved_model": verify_saved_model(...), "tflite": verify_tflite(...)
+        or None, "ok": both ok}`.
+    """
+    from export.tflite_verify import verify_tflite
+
+    examples = probe_examples(run.tokenizer, run.model)
+    saved_model = verify_saved_model(
+        saved_model_dir, run.model, run.tokenizer, run.task, examples, run.label_names
+    )
+    tflite = None
+    if tflite_path is not None:
+        tflite = verify_tflite(
+            tflite_path, run.model, examples, tokenizer=run.tokenizer
+        )
+    return {
+        "saved_model": saved_model,
+        "tflite": tflite,
+        "ok": saved_model["ok"] and (tflite is None or tflite["ok"]),
+    }

@@ -1,0 +1,277 @@
+# ruff: noqa: E402  (a notebook: imports follow the set-up cell)
+# %% [markdown]
+# # 2. Text classification with the Transformer encoder
+#
+# The encoder of Section 3.1 on its own (no decoder): sentences of word
+# pieces, N encoder blocks, the outputs averaged over the real (non-padding)
+# positions, and a small classification head (`TransformerClassifier`). The
+# task is SST-2, the binary Stanford Sentiment Treebank, read from
+# `../shared/data/sentence-classification/stsa.binary.*`; when those files are
+# absent the notebook generates a small sentiment task instead and says so.
+#
+# Training goes through the package's pipeline, `training.train(config,
+# run_dir)`, with the `sst2` preset: the word-piece vocabulary is learned from
+# the training split, batches are padded with id 0, and the paper's Adam
+# settings and warm-up schedule are used (Section 5.3).
+#
+# `KT_NOTEBOOK_SIZE=small` (default, CI) trains a one-layer model for two
+# epochs; `full` trains the preset (two layers, d_model 128, six epochs).
+
+# %%
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+SIZE = os.environ.get("KT_NOTEBOOK_SIZE", "small")
+if SIZE not in ("small", "full"):
+    raise ValueError(f"KT_NOTEBOOK_SIZE must be 'small' or 'full'; received {SIZE!r}.")
+REPO = pathlib.Path.cwd().resolve().parent  # this notebook lives in REPO/notebooks
+sys.path.insert(0, str(REPO))  # the package, with or without `pip install -e .`
+DATA_DIR = pathlib.Path(os.environ.get("KT_DATA_DIR", REPO.parent / "shared" / "data"))
+# Scratch space for runs and files, never inside the repository:
+WORK = pathlib.Path(tempfile.mkdtemp(prefix="kt-02-"))
+print(f"KT_NOTEBOOK_SIZE={SIZE}")
+
+# %%
+import keras
+import matplotlib.pyplot as plt
+import numpy as np
+from sklearn.metrics import ConfusionMatrixDisplay, confusion_matrix
+
+from keras_transformer.layers import padding_mask
+from training import pipeline, text_files
+from training.config import load_config
+from training.run_dir import load_run
+from training.train import train
+
+plt.rcParams.update({"figure.dpi": 80})
+
+# %% [markdown]
+# ## Data
+#
+# SST-2 comes as `label<TAB>text` lines (Kim, 2014): 6,920 training, 872
+# development and 1,821 test sentences, label 1 positive, 0 negative. The
+# fallback task writes files of the same format: short reviews whose label
+# flips with a "not", so the model has to relate two words.
+
+# %%
+SST2 = DATA_DIR / "sentence-classification"
+USE_SST2 = (SST2 / "stsa.binary.train").is_file()
+
+
+def write_generated_reviews(path, n, seed):
+    """`label<TAB>text` reviews; 'not' flips the label of the adjective."""
+    rng = np.random.default_rng(seed)
+    good = [
+        "good",
+        "great",
+        "moving",
+        "funny",
+        "clever",
+        "beautiful",
+        "gripping",
+        "charming",
+    ]
+    bad = ["bad", "dull", "boring", "awful", "clumsy", "tedious", "flat", "forgettable"]
+    subjects = [
+        "the film",
+        "this movie",
+        "the plot",
+        "the acting",
+        "the script",
+        "the cast",
+    ]
+    adverbs = ["", "very ", "truly ", "rather "]
+    endings = ["", " from start to finish", " overall", " , to be honest"]
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            positive, negated = rng.integers(2), rng.random() < 0.35
+            adjective = rng.choice(good if positive != negated else bad)
+            text = (
+                f"{rng.choice(subjects)} is {'not ' if negated else ''}"
+                f"{rng.choice(adverbs)}{adjective}{rng.choice(endings)} ."
+            )
+            f.write(f"{positive}\t{text}\n")
+    return str(path)
+
+
+if USE_SST2:
+    files = {split: str(SST2 / f"stsa.binary.{split}") for split in ("train", "dev", "test")}
+    print(f"SST-2 from {SST2}")
+else:
+    sizes = {"train": 2000, "dev": 200, "test": 500}
+    files = {
+        s: write_generated_reviews(WORK / f"{s}.tsv", n, seed=i)
+        for i, (s, n) in enumerate(sizes.items())
+    }
+    print(f"SST-2 not found under {SST2}: using GENERATED reviews instead.")
+texts, labels, label_names = text_files.read_classification(files["train"])
+print(f"{len(texts)} training sentences, labels {label_names}, {np.mean(labels):.0%} positive")
+for text, label in list(zip(texts, labels, strict=True))[:4]:
+    print(f"  {label}  {text}")
+
+# %% [markdown]
+# ## Configuration and training
+#
+# The `sst2` preset, pointed at these files (`dataset="files"`). In small mode
+# the model shrinks to one block of width 32 and trains for two epochs; in
+# full mode the preset trains as it is, at half its learning rate.
+
+# %%
+config = load_config("sst2").replace(
+    dataset="files",
+    train_files=(files["train"],),
+    valid_files=(files["dev"],),
+    test_files=(files["test"],),
+)
+if SIZE == "small":
+    small_model = {"hidden_dim": 32, "num_heads": 4, "intermediate_dim": 64, "num_layers": 1}
+    config = config.replace(
+        epochs=2, vocabulary_size=4000, warmup_steps=100, model_overrides=small_model
+    )
+else:
+    # The preset's schedule peaks at d_model^-0.5 * warmup^-0.5 = 4.4e-3 (d_model 128, 400
+    # warm-up steps); in our runs that collapsed to predicting one class by epoch 3. Half
+    # of it trains well.
+    config = config.replace(learning_rate_scale=0.5)
+config = config.replace(checkpoint_every_steps=100_000)  # a short run: epoch checkpoints only
+shown = ("model_preset", "model_overrides", "vocabulary_size", "max_sequence_length",
+         "batch_size", "epochs", "warmup_steps", "learning_rate_scale")  # fmt: skip
+print({k: v for k, v in config.to_dict().items() if k in shown})
+
+# %%
+RUN = WORK / "sst2"
+metrics = train(config, RUN, verbose=2)
+print({k: round(v, 4) for k, v in metrics.items() if k.startswith(("valid_", "test_"))})
+
+# %% [markdown]
+# The run directory holds everything needed later: `config.json`, the
+# vocabulary, the checkpoints, TensorBoard logs (`tensorboard --logdir
+# RUN/logs`), `model.keras` and `metrics.json`. `load_run` reads it back.
+
+# %%
+run = load_run(RUN)
+model, tokenizer = run.model, run.tokenizer
+print(f"vocabulary: {tokenizer.vocabulary_size} word pieces; parameters: {model.count_params():,}")
+print(
+    "pieces of a sentence:",
+    [tokenizer.vocabulary[i] for i in tokenizer.tokenize(["an unforgettable film"])[0].numpy()],
+)
+
+# %% [markdown]
+# ## Accuracy and confusion matrix on the test split
+
+# %%
+test_texts, test_labels, _ = text_files.read_classification(
+    files["test"], label_names=run.label_names
+)
+test_labels = np.asarray(test_labels)
+test_data = pipeline.make_classification_dataset(
+    test_texts,
+    test_labels,
+    tokenizer=tokenizer,
+    max_sequence_length=config.max_sequence_length,
+    batch_size=128,
+    shuffle=False,
+)
+test_ids = test_data.map(lambda features, label: features["token_ids"])  # the model's input
+probabilities = np.asarray(model.probabilities(model.predict(test_ids, verbose=0)))
+predicted = probabilities.argmax(-1)
+accuracy = float(np.mean(predicted == test_labels))
+majority = max(np.mean(test_labels), 1 - np.mean(test_labels))  # always guess the larger class
+print(f"test accuracy {accuracy:.3f} (majority-class baseline {majority:.3f})")
+
+# %%
+names = ["negative", "positive"]
+matrix = confusion_matrix(test_labels, predicted)
+ConfusionMatrixDisplay(matrix, display_labels=names).plot(colorbar=False)
+plt.title(f"test accuracy {accuracy:.1%}")
+plt.show()
+wrong = np.flatnonzero(predicted != test_labels)[:4]
+for i in wrong:
+    print(
+        f"  true {names[test_labels[i]]:>8}, p(positive)={probabilities[i, 1]:.2f}: "
+        f"{test_texts[i][:90]}"
+    )
+
+# %% [markdown]
+# ## Where the encoder attends
+#
+# The classifier's encoder blocks return their attention weights on request
+# (`return_attention_scores=True`). We run the model's own layers over one
+# sentence, block by block, exactly as the model does (embedding scaled by
+# $\sqrt{d_{model}}$ plus sinusoids, then each block with the padding mask),
+# and check that the last block's output matches the model's.
+
+# %%
+sentence = (
+    "the acting is not bad , but the script is dull and the ending is forgettable ."
+    if USE_SST2
+    else "the plot is not very boring from start to finish ."
+)
+ids = tokenizer.tokenize([sentence]).to_tensor(0).numpy()  # (1, T)
+pieces = [tokenizer.vocabulary[i] for i in ids[0]]
+x = model.embedding(ids)  # (1, T, d_model)
+attention = []
+for block in model.encoder_blocks:
+    x, w = block(x, mask=padding_mask(ids), return_attention_scores=True)
+    attention.append(np.asarray(w)[0])  # (h, T, T)
+last_block = model.encoder_blocks[-1].name
+reference = keras.Model(model.input, model.get_layer(last_block).output)(ids)
+replay_error = float(np.abs(np.asarray(x) - np.asarray(reference)).max())
+p_positive = float(np.asarray(model.probabilities(model(ids)))[0, 1])
+print(
+    f"{sentence!r}: p(positive) = {p_positive:.2f}; "
+    f"replayed blocks match the model to {replay_error:.1e}"
+)
+
+# %%
+heads = attention[-1]
+fig, axes = plt.subplots(1, len(heads) + 1, figsize=(4 * (len(heads) + 1), 4.2))
+for ax, (title, w) in zip(
+    axes,
+    [(f"head {i}", h) for i, h in enumerate(heads)] + [("mean of heads", heads.mean(0))],
+    strict=True,
+):
+    ax.imshow(w, vmin=0)
+    ax.set_title(title)
+    ax.set_xticks(range(len(pieces)), pieces, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(pieces)), pieces if ax is axes[0] else [], fontsize=8)
+fig.suptitle("last encoder block, queries (rows) attending to keys (columns)")
+fig.tight_layout()
+
+# %%
+received = heads.mean(0).mean(0)  # attention each token receives, averaged
+plt.figure(figsize=(8, 2.5))
+plt.bar(range(len(pieces)), received)
+plt.xticks(range(len(pieces)), pieces, rotation=60)
+plt.ylabel("mean attention received")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## What this notebook showed (checked)
+#
+# The model beats the majority-class baseline by a clear margin (10 points
+# on SST-2, which small Transformers trained from scratch reach in a few
+# epochs, about 20 on the easier generated task), the model's `predict`
+# agrees with the pipeline's own test evaluation, replaying the blocks gives
+# the model's output, and attention rows are distributions.
+
+# %%
+margin = 0.10 if USE_SST2 else 0.20
+assert accuracy >= majority + margin, (accuracy, majority)
+assert abs(accuracy - metrics["test_accuracy"]) < 1e-3, (
+    accuracy,
+    metrics["test_accuracy"],
+)
+assert matrix.sum() == len(test_labels) and np.trace(matrix) == np.sum(predicted == test_labels)
+assert replay_error < 1e-4, replay_error
+assert all(np.allclose(w.sum(-1), 1, atol=1e-5) for w in attention)
+print("All checks passed.")
+if not os.environ.get("KT_NOTEBOOK_KEEP"):  # KT_NOTEBOOK_KEEP=1 keeps the runs
+    shutil.rmtree(WORK)

@@ -1,0 +1,289 @@
+# ruff: noqa: E402  (a notebook: imports follow the set-up cell)
+# %% [markdown]
+# # 4. Export and serving: SavedModel and TFLite
+#
+# A trained translator leaves Python and Keras behind in two forms:
+#
+# - a **SavedModel** whose signatures take and return raw strings (the
+#   word-piece tokenizer and the cached greedy and beam-search loops are
+#   inside the graph), for TensorFlow Serving or any TensorFlow runtime;
+# - a **TFLite** flatbuffer of the encoder and the greedy loop with fixed
+#   shapes, run by the LiteRT interpreter (`ai_edge_litert`), in float32 or
+#   with int8 weights.
+#
+# Only the inference module is exported, never the optimizer or the training
+# graph. Each form is checked against the Keras model it came from.
+#
+# `KT_NOTEBOOK_SIZE=small` (default, CI) trains a one-layer translator on
+# 2,000 generated number-word pairs; `full` a two-layer one on 8,000.
+
+# %%
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+SIZE = os.environ.get("KT_NOTEBOOK_SIZE", "small")
+if SIZE not in ("small", "full"):
+    raise ValueError(f"KT_NOTEBOOK_SIZE must be 'small' or 'full'; received {SIZE!r}.")
+REPO = pathlib.Path.cwd().resolve().parent  # this notebook lives in REPO/notebooks
+sys.path.insert(0, str(REPO))  # the package, with or without `pip install -e .`
+# Scratch space for runs and files, never inside the repository:
+WORK = pathlib.Path(tempfile.mkdtemp(prefix="kt-04-"))
+print(f"KT_NOTEBOOK_SIZE={SIZE}")
+
+# %%
+import json
+import subprocess
+
+import numpy as np
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
+
+from export.saved_model import export_saved_model
+from export.saved_model_cli import run_saved_model_cli
+from export.tflite import export_tflite, translator_output_length
+from export.tflite_verify import verify_tflite
+from export.verify import verify_saved_model
+from training import text_files, toy_data
+from training.config import load_config
+from training.evaluation import Translator
+from training.run_dir import load_run
+from training.train import train
+
+tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
+
+# %% [markdown]
+# ## A trained translator
+#
+# The toy English -> German number-words task of notebook 3, trained with
+# `train(config, run_dir)`; `load_run` gives back the model, tokenizer and
+# config.
+
+# %%
+n_train = 2000 if SIZE == "small" else 8000
+paths = toy_data.write_toy_corpus(WORK / "data", n_train=n_train, n_valid=20, n_test=40)
+config = load_config("toy").replace(
+    dataset="files",
+    train_files=paths["train"],
+    valid_files=paths["valid"],
+    test_files=paths["test"],
+    epochs=8,
+    warmup_steps=200,
+    tokens_per_batch=1024,
+    learning_rate_scale=1.0,
+    eval_sentences=0,
+    beam_size=1,
+    checkpoint_every_steps=100_000,
+    model_overrides={
+        **load_config("toy").model_overrides,
+        "intermediate_dim": 128,
+        "num_layers": 1 if SIZE == "small" else 2,
+    },
+)
+RUN = WORK / "run"
+metrics = train(config, RUN, verbose=0)
+run = load_run(RUN)
+model, tokenizer = run.model, run.tokenizer
+print(f"test BLEU (greedy) {metrics['test_bleu_greedy']:.1f}; parameters {model.count_params():,}")
+sentences, references = text_files.read_parallel(*paths["test"])
+sentences = sentences[:8]
+
+# %% [markdown]
+# ## SavedModel: strings in, strings out
+#
+# `export_saved_model` writes the inference `tf.Module` with three
+# signatures, `serving_default` (sentences -> greedy translations),
+# `translate_beam` (sentences -> beam-search translations and scores) and
+# `translate_ids` (token ids -> token ids), and puts the vocabulary and the
+# run's config in `assets/`. The directory `translator/1` is the layout
+# TensorFlow Serving expects: a model name, then a version number.
+
+# %%
+EXPORT = WORK / "models" / "translator" / "1"
+export_saved_model(model, tokenizer, run.config, EXPORT, task="translation")
+for path in sorted(EXPORT.rglob("*")):
+    if path.is_file():
+        print(f"{path.stat().st_size:>10,} B  {path.relative_to(EXPORT)}")
+saved_model_bytes = sum(p.stat().st_size for p in EXPORT.rglob("*") if p.is_file())
+
+# %% [markdown]
+# Loaded back, it needs neither Keras nor this package, only TensorFlow and
+# `tensorflow_text` (whose import registers the tokenizer's ops):
+
+# %%
+import tensorflow_text  # noqa: E402, F401  (registers the tokenizer ops)
+
+served = tf.saved_model.load(str(EXPORT))
+print("signatures:", list(served.signatures))
+response = served.signatures["serving_default"](tf.constant(sentences))
+saved_greedy = [t.decode() for t in response["translations"].numpy()]
+beam = served.signatures["translate_beam"](tf.constant(sentences))
+keras_greedy = Translator(model, tokenizer, config.max_sequence_length)(sentences)
+for source, saved, beamed in list(
+    zip(sentences, saved_greedy, beam["translations"].numpy(), strict=True)
+)[:4]:
+    print(f"{source}\n   greedy: {saved}\n   beam:   {beamed.decode()}")
+print(
+    "SavedModel greedy == Keras greedy for all",
+    len(sentences),
+    "sentences:",
+    saved_greedy == keras_greedy,
+)
+
+# %% [markdown]
+# ## `saved_model_cli`
+#
+# TensorFlow's command-line tool shows a signature's inputs and outputs:
+
+# %%
+show = subprocess.run(
+    [
+        "saved_model_cli",
+        "show",
+        "--dir",
+        str(EXPORT),
+        "--tag_set",
+        "serve",
+        "--signature_def",
+        "serving_default",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+)
+print(show.stdout)
+
+# %% [markdown]
+# `saved_model_cli run` feeds a signature from the command line. It only
+# knows the ops linked into TensorFlow, so plain `saved_model_cli run` stops
+# at "Op type not registered 'NormalizeUTF8'"; `export.saved_model_cli`
+# starts the tool's own `main` from a Python that imports `tensorflow_text`
+# first, with otherwise the usual command line:
+#
+# ```
+# saved_model_cli run --dir models/translator/1 --tag_set serve \
+#     --signature_def serving_default --input_exprs 'sentences=[b"..."]'
+# ```
+
+# %%
+cli_output = run_saved_model_cli(EXPORT, {"sentences": np.array(sentences[:3], dtype=object)})
+for source, translation in zip(sentences, cli_output["translations"], strict=False):
+    print(f"{source!r} -> {translation.decode()!r}")
+
+# %% [markdown]
+# `export.verify.verify_saved_model` makes the same comparison thoroughly: a
+# fresh `python3 -I` process that imports nothing of this project runs the
+# export on in-vocabulary sentences and awkward probes (empty, whitespace,
+# emoji, `[START]` text), and the results must equal what Keras computes
+# here (`python -m export verify` is the same from the shell).
+
+# %%
+report = verify_saved_model(EXPORT, model, tokenizer, "translation", use_saved_model_cli=False)
+print(json.dumps(report, indent=1))
+
+# %% [markdown]
+# ## TensorFlow Serving (REST)
+#
+# Not run here (it needs a model server), but this is all it takes. The
+# server must know the tokenizer's tensorflow-text ops; the official builds
+# link tensorflow-text, so use a release matching TensorFlow 2.21 (a server
+# that answers "Op type not registered" needs a build with them linked in).
+#
+# ```
+# docker run -p 8501:8501 -v "$PWD/models/translator:/models/translator" \
+#     -e MODEL_NAME=translator tensorflow/serving
+# curl -d @request.json http://localhost:8501/v1/models/translator:predict
+# ```
+#
+# The request body, and the response the server returns (computed here from
+# the loaded SavedModel, since it runs the same signature):
+
+# %%
+request = {"signature_name": "serving_default", "instances": sentences[:2]}
+print("request.json:", json.dumps(request, ensure_ascii=False))
+print("response:    ", json.dumps({"predictions": saved_greedy[:2]}, ensure_ascii=False))
+
+# %% [markdown]
+# ## TFLite / LiteRT
+#
+# TFLite needs fixed shapes and builtin ops. The `.tflite` holds the encoder
+# and the cached greedy loop for a batch of 1 source of S ids (0-padded);
+# its while-loop has a key/value cache preallocated for the output length
+# L = min(S + 50, max_sequence_length), so every tensor is static. The
+# tokenizer stays outside: an app tokenizes with `assets/vocab.txt` and feeds
+# ids. `int8` stores the weights in 8 bits (dynamic-range quantization:
+# activations are quantized on the fly).
+
+# %%
+source_length = 24
+tflite_paths = {}
+for quantize in ("none", "int8"):
+    tflite_paths[quantize] = export_tflite(
+        model,
+        WORK / f"translator-{quantize}.tflite",
+        "translation",
+        quantize=quantize,
+        sequence_length=source_length,
+    )
+sizes = {q: os.path.getsize(p) for q, p in tflite_paths.items()}
+weights_bytes = sum(np.asarray(w).nbytes for w in model.weights)
+print(f"Keras weights (float32) {weights_bytes:>9,} B")
+print(f"SavedModel directory    {saved_model_bytes:>9,} B")
+for quantize, size in sizes.items():
+    print(f"TFLite {quantize:<4}             {size:>9,} B")
+
+# %% [markdown]
+# The LiteRT interpreter runs the `serving_default` signature: ids in, ids
+# out (`[END]` included, 0 after it), detokenized here with the run's
+# tokenizer.
+
+# %%
+interpreter = Interpreter(model_path=str(tflite_paths["int8"]))
+runner = interpreter.get_signature_runner("serving_default")
+for name, details in {
+    **runner.get_input_details(),
+    **runner.get_output_details(),
+}.items():
+    print(f"{name}: {details['dtype'].__name__} {[int(n) for n in details['shape']]}")
+ids = tokenizer.tokenize([sentences[0]]).to_tensor(0, shape=[1, source_length]).numpy()
+output = runner(encoder_token_ids=ids)["token_ids"]  # (1, L)
+text = tokenizer.detokenize(tf.RaggedTensor.from_tensor(output))[0].numpy().decode()
+print(f"{sentences[0]!r} -> {text!r}")
+
+# %% [markdown]
+# Agreement with Keras (`export.tflite_verify.verify_tflite`): the Keras
+# greedy search on the same padded ids, with the `.tflite`'s output length.
+# Float32 must give the very same tokens; int8 weights may flip a close
+# decision now and then.
+
+# %%
+examples = list(text_files.read_parallel(*paths["test"])[0][:20])
+agreement = {
+    q: verify_tflite(p, model, examples, tokenizer=tokenizer) for q, p in tflite_paths.items()
+}
+for quantize, result in agreement.items():
+    print(
+        f"{quantize:>4}: {result['file_bytes']:>9,} B, tokens equal "
+        f"{result['token_agreement']:.1%}, whole sentences equal "
+        f"{result['sequence_agreement']:.1%}"
+    )
+
+# %% [markdown]
+# ## What this notebook showed (checked)
+
+# %%
+assert saved_greedy == keras_greedy  # the SavedModel translates exactly as Keras does
+assert report["ok"], report  # ... also in a fresh process that cannot import this project
+assert [t.decode() for t in cli_output["translations"]] == keras_greedy[:3]  # saved_model_cli
+assert {"config.json", "vocab.txt"} <= set(report["assets"])
+assert agreement["none"]["token_agreement"] == 1.0  # float32 TFLite: identical tokens
+assert agreement["int8"]["token_agreement"] >= 0.9, agreement["int8"]
+assert sizes["int8"] < 0.45 * sizes["none"], sizes  # int8 weights: well under half the size
+assert output.shape == (1, translator_output_length(model, source_length))
+print("All checks passed.")
+if not os.environ.get("KT_NOTEBOOK_KEEP"):  # KT_NOTEBOOK_KEEP=1 keeps the runs
+    shutil.rmtree(WORK)

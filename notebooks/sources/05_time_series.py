@@ -1,0 +1,238 @@
+# ruff: noqa: E402  (a notebook: imports follow the set-up cell)
+# %% [markdown]
+# # 5. Time-series classification with the Transformer encoder
+#
+# Nothing in the encoder of Section 3.1 is specific to words: it maps a
+# sequence of d_model vectors to another. For numbers instead of tokens,
+# `TransformerClassifier(num_features=F)` replaces the embedding table by a
+# dense projection of each time step's F values to d_model (the "learned
+# linear transformation" that embeds inputs, Section 3.4), adds the
+# sinusoidal positions, runs the encoder blocks and mean-pools.
+#
+# The data comes from a file in the format of the UCR time-series archive
+# (one series a line: the label, then the values), read with
+# `training.text_files.read_ucr`. Give your own with `KT_UCR_TRAIN` and
+# `KT_UCR_TEST`; otherwise the notebook generates a small two-class task with
+# `training.synthetic_series` (normal heartbeat-like signals vs. the same
+# with one short anomaly), writes it as UCR text and reads it back.
+#
+# `KT_NOTEBOOK_SIZE=small` (default, CI): 800 training series, 10 epochs;
+# `full`: 2,000 series, 30 epochs, and the per-step model (10 epochs) for
+# comparison.
+
+# %%
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+SIZE = os.environ.get("KT_NOTEBOOK_SIZE", "small")
+if SIZE not in ("small", "full"):
+    raise ValueError(f"KT_NOTEBOOK_SIZE must be 'small' or 'full'; received {SIZE!r}.")
+REPO = pathlib.Path.cwd().resolve().parent  # this notebook lives in REPO/notebooks
+sys.path.insert(0, str(REPO))  # the package, with or without `pip install -e .`
+# Scratch space for runs and files, never inside the repository:
+WORK = pathlib.Path(tempfile.mkdtemp(prefix="kt-05-"))
+print(f"KT_NOTEBOOK_SIZE={SIZE}")
+
+# %%
+import keras
+import matplotlib.pyplot as plt
+import numpy as np
+from sklearn.neighbors import KNeighborsClassifier
+
+from keras_transformer.models import TransformerClassifier
+from training import synthetic_series
+from training.schedule import paper_optimizer
+from training.text_files import read_ucr
+
+keras.utils.set_random_seed(0)
+plt.rcParams.update({"figure.dpi": 80})
+
+# %% [markdown]
+# ## A UCR-format file
+
+# %%
+train_path, test_path = os.environ.get("KT_UCR_TRAIN"), os.environ.get("KT_UCR_TEST")
+GENERATED = not (train_path and test_path)
+if GENERATED:
+    num_train = 800 if SIZE == "small" else 2000
+    train_path, test_path = WORK / "Synthetic_TRAIN.txt", WORK / "Synthetic_TEST.txt"
+    synthetic_series.write_ucr(train_path, *synthetic_series.generate_series(num_train, seed=0))
+    synthetic_series.write_ucr(test_path, *synthetic_series.generate_series(400, seed=1))
+    print(
+        f"generated series written as UCR text; first line starts "
+        f"{pathlib.Path(train_path).read_text()[:60]!r}..."
+    )
+x_train, y_train, label_values = read_ucr(train_path)  # (N, T, 1), (N,), (K,)
+x_test, y_test_raw, test_values = read_ucr(test_path)
+y_test = np.searchsorted(label_values, test_values)[y_test_raw]  # test ids in training order
+# The UCR archive pads its shorter series with NaN.
+x_train, x_test = np.nan_to_num(x_train), np.nan_to_num(x_test)
+num_classes, length = len(label_values), x_train.shape[1]
+print(f"train {x_train.shape}, test {x_test.shape}, classes {label_values.tolist()}")
+
+# %%
+fig, axes = plt.subplots(1, num_classes, figsize=(12, 2.8), sharey=True)
+for k, ax in enumerate(np.atleast_1d(axes)):
+    for series in x_train[y_train == k][:3]:
+        ax.plot(series[:, 0], linewidth=1)
+    ax.set(title=f"class {label_values[k]}", xlabel="time step")
+fig.tight_layout()
+
+# %% [markdown]
+# Class 0 is a noisy quasi-periodic signal with a drifting baseline; class 1
+# is the same with one short bump of random sign, position and width. Each
+# series is z-normalised, so the bump is not given away by the mean or the
+# scale.
+#
+# ## The reference baseline: 1-nearest-neighbour
+#
+# The UCR archive reports 1-NN with Euclidean distance for every dataset. It
+# compares whole series point by point, so random phases defeat it here.
+
+# %%
+nearest = KNeighborsClassifier(n_neighbors=1).fit(x_train[..., 0], y_train)
+baseline = nearest.score(x_test[..., 0], y_test)
+print(f"1-NN Euclidean test accuracy: {baseline:.3f}")
+
+# %% [markdown]
+# ## Tokens of time: patches
+#
+# One value per token gives the attention little to compare, and the model
+# below does not learn this task from single steps in the small budget (the
+# full mode trains it for comparison). Grouping `patch` consecutive values
+# into one token (PatchTST, Nie et al. 2023) gives each token a short piece
+# of shape: `(N, T, 1)` becomes `(N, T / patch, patch)`, and the dense
+# projection maps each `patch`-vector to d_model.
+
+# %%
+patch = 8
+usable = length // patch * patch  # drop a ragged tail, if any
+tokens_train = x_train[:, :usable].reshape(len(x_train), -1, patch)  # (N, T/patch, patch)
+tokens_test = x_test[:, :usable].reshape(len(x_test), -1, patch)
+print(f"{length} steps -> {tokens_train.shape[1]} tokens of {patch} values")
+
+# %% [markdown]
+# ## Model and training
+#
+# The paper's Adam settings and warm-up schedule (Section 5.3). Its peak
+# learning rate is $d_{model}^{-0.5} \cdot warmup^{-0.5}$; at d_model = 32
+# that is 1.8e-2 with 100 warm-up steps, far more than a small model
+# tolerates, so the schedule is scaled by 0.1.
+
+# %%
+width = 32
+epochs = 10 if SIZE == "small" else 30
+
+
+def classifier(num_features):
+    model = TransformerClassifier(
+        num_classes=num_classes,
+        num_features=num_features,
+        num_layers=2,
+        hidden_dim=width,
+        num_heads=4,
+        intermediate_dim=2 * width,
+        dropout=0.1,
+    )
+    model.compile(
+        optimizer=paper_optimizer(width, warmup_steps=100, scale=0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+model = classifier(patch)
+history = model.fit(
+    tokens_train,
+    y_train,
+    batch_size=32,
+    epochs=epochs,
+    verbose=0,
+    validation_data=(tokens_test, y_test),
+)
+accuracy = history.history["val_accuracy"][-1]
+print("test accuracy by epoch:", np.round(history.history["val_accuracy"], 3))
+
+# %%
+plt.figure(figsize=(6, 3))
+plt.plot(history.history["accuracy"], label="train")
+plt.plot(history.history["val_accuracy"], label="test")
+plt.axhline(baseline, color="gray", linestyle="--", label="1-NN Euclidean")
+plt.xlabel("epoch")
+plt.ylabel("accuracy")
+plt.legend()
+plt.tight_layout()
+plt.show()
+
+# %%
+if SIZE == "full":  # the per-step model: one value per token, 128 tokens
+    per_step = classifier(1).fit(
+        x_train, y_train, batch_size=32, epochs=10, verbose=0, validation_data=(x_test, y_test)
+    )
+    per_step_accuracy = per_step.history["val_accuracy"][-1]
+    print(f"one value per token, 10 epochs: test accuracy {per_step_accuracy:.3f}")
+    print(f"patches of {patch}, {epochs} epochs: test accuracy {accuracy:.3f}")
+
+# %% [markdown]
+# ## What the encoder looks at
+#
+# The last block's attention weights, averaged over heads and queries, give
+# the attention each token receives. For anomalous test series the bump is
+# where the largest |value| is; we mark it.
+
+
+# %%
+def attention_received(model, tokens):
+    x = model.feature_projection(tokens)  # (B, T', d_model)
+    x = x + model.position_encoding(x)
+    for block in model.encoder_blocks:
+        x, weights = block(x, return_attention_scores=True)  # (B, h, T', T')
+    return np.asarray(weights).mean(axis=(1, 2))  # (B, T')
+
+
+anomalous = np.flatnonzero(y_test == 1)[:3]
+received = attention_received(model, tokens_test[anomalous])
+fig, axes = plt.subplots(
+    2,
+    len(anomalous),
+    figsize=(12, 4),
+    sharex=True,
+    gridspec_kw={"height_ratios": [2, 1]},
+)
+for j, i in enumerate(anomalous):
+    axes[0, j].plot(x_test[i, :, 0], linewidth=1)
+    axes[0, j].axvline(np.abs(x_test[i, :, 0]).argmax(), color="red", alpha=0.4)
+    axes[1, j].bar(np.arange(received.shape[1]) * patch + patch / 2, received[j], width=patch)
+    axes[1, j].set_xlabel("time step")
+axes[0, 0].set_ylabel("series")
+axes[1, 0].set_ylabel("attention received")
+fig.tight_layout()
+
+# %% [markdown]
+# The weights are spread out and only sometimes peak near the bump:
+# attention weights show where information flows between tokens, not why
+# the model decides (Jain and Wallace, 2019, "Attention is not
+# Explanation"). They still sum to 1 over the keys, which we check.
+#
+# ## What this notebook showed (checked)
+#
+# The patch Transformer beats chance (50%) by at least 20 points and the
+# 1-NN baseline by 10, and the file went through the UCR reader.
+
+# %%
+chance = np.bincount(y_test).max() / len(y_test)
+assert accuracy >= chance + 0.20, (accuracy, chance)
+assert accuracy >= baseline + 0.10, (accuracy, baseline)
+assert x_train.shape[2] == 1 and x_train.dtype == np.float32  # read_ucr's (N, T, 1) float32
+assert np.allclose(received.sum(-1), 1, atol=1e-5)  # attention received sums to 1 per series
+if GENERATED:
+    assert len(x_train) == num_train and set(np.unique(y_train)) == {0, 1}
+print("All checks passed.")
+if not os.environ.get("KT_NOTEBOOK_KEEP"):  # KT_NOTEBOOK_KEEP=1 keeps the runs
+    shutil.rmtree(WORK)

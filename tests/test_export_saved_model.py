@@ -1,0 +1,295 @@
+"""SavedModel export: strings in/out equal Keras, outside this process too.
+
+PEERS.md pain points 2 (string signatures, reload in a fresh process) and 3
+(never export the optimizer).
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from export_fixtures import (
+    LABEL_NAMES,
+    MAX_SEQUENCE_LENGTH,
+    SENTENCES,
+    exported_classifier,
+    exported_translator,
+    tiny_classifier,
+    tiny_tokenizer,
+    tiny_translator,
+)
+
+import export.saved_model
+from export import cli
+from export.saved_model import export_saved_model
+from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
+from export.verify import PROBES, compare_outputs, reference_outputs, verify_saved_model
+from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.models import TransformerClassifier
+from training.tokenizers import WordPieceTokenizer
+
+EXAMPLES = SENTENCES[:6] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return tiny_translator()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def translator_dir():
+    return exported_translator()
+
+
+@pytest.fixture(scope="module")
+def loaded_translator(translator_dir):
+    return tf.saved_model.load(translator_dir)
+
+
+@pytest.mark.slow
+def test_strings_match_keras_in_fresh_process_and_saved_model_cli(
+    translator, tokenizer, translator_dir
+):
+    expected = reference_outputs(translator, tokenizer, "translation", EXAMPLES)
+    # Copying its training sentences shows the decoding is real, not noise.
+    copied = [
+        t == s.encode()
+        for t, s in zip(expected["translations"][:6], SENTENCES[:6], strict=True)
+    ]
+    assert sum(copied) >= 4, expected["translations"][:6]
+    report = verify_saved_model(
+        translator_dir, translator, tokenizer, "translation", EXAMPLES
+    )
+    assert report["fresh_process"] == [] and report["saved_model_cli"] == []
+    assert report["ok"], report
+
+
+def test_signatures_declare_strings(loaded_translator):
+    signatures = loaded_translator.signatures
+    assert sorted(signatures) == ["serving_default", "translate_beam", "translate_ids"]
+    (spec,) = signatures["serving_default"].structured_input_signature[1].values()
+    assert spec.dtype == tf.string and spec.shape.as_list() == [None]
+    outputs = signatures["serving_default"].structured_outputs
+    assert outputs["translations"].dtype == tf.string
+    assert signatures["translate_ids"].structured_outputs["token_ids"].dtype == tf.int32
+
+
+def test_config_and_vocabulary_travel_as_assets(translator, tokenizer, translator_dir):
+    assets = os.path.join(translator_dir, "assets")
+    assert sorted(os.listdir(assets)) == ["config.json", "tokenizer.json", "vocab.txt"]
+    with open(os.path.join(assets, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert config["model"]["max_sequence_length"] == MAX_SEQUENCE_LENGTH
+    reloaded = WordPieceTokenizer.load(assets)
+    assert reloaded.vocabulary == tokenizer.vocabulary
+    assert reloaded.lower_case == tokenizer.lower_case
+
+
+def test_only_inference_weights_are_exported(translator, translator_dir):
+    assert translator.optimizer.variables, "the fixture must have a built optimizer"
+    names = [
+        name
+        for name, _ in tf.train.list_variables(
+            os.path.join(translator_dir, "variables", "variables")
+        )
+    ]
+    weights = [name for name in names if name.startswith("model_weights/")]
+    assert len(weights) == len(translator.weights)
+    assert not [
+        name for name in names if "optimizer" in name.lower() or "iteration" in name
+    ]
+
+
+def test_ids_and_beam_signatures_match_keras(translator, tokenizer, loaded_translator):
+    ids = tokenizer.tokenize(tf.constant(EXAMPLES[:8])).to_tensor(0)  # (8, S)
+    max_length = min(int(ids.shape[1]) + 50, MAX_SEQUENCE_LENGTH)
+    expected = greedy_search(translator, ids, max_length=max_length)
+    got = loaded_translator.signatures["translate_ids"](encoder_token_ids=ids)[
+        "token_ids"
+    ]
+    np.testing.assert_array_equal(got, expected)
+
+    tokens, scores = beam_search(
+        translator, ids, beam_size=4, length_penalty=0.6, max_length=max_length
+    )
+    text = tokenizer.detokenize(
+        tf.RaggedTensor.from_tensor(tf.convert_to_tensor(tokens))
+    )
+    beam = loaded_translator.signatures["translate_beam"](
+        sentences=tf.constant(EXAMPLES[:8])
+    )
+    assert list(beam["translations"].numpy()) == list(text.numpy())
+    np.testing.assert_allclose(beam["scores"], scores, atol=1e-5)
+
+
+def test_token_classifier_export(tokenizer):
+    model = tiny_classifier()
+    loaded = tf.saved_model.load(exported_classifier())
+    assert sorted(loaded.signatures) == ["classify_ids", "serving_default"]
+    got = loaded.signatures["serving_default"](sentences=tf.constant(EXAMPLES))
+    expected = reference_outputs(
+        model, tokenizer, "classification", EXAMPLES, list(LABEL_NAMES)
+    )
+    assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
+    assert set(got["labels"].numpy()) <= {name.encode() for name in LABEL_NAMES}
+    labels = pathlib.Path(exported_classifier(), "assets", "labels.txt").read_text(
+        "utf-8"
+    )
+    assert labels.split() == list(LABEL_NAMES)
+
+
+@pytest.fixture
+def numeric_classifier():
+    return TransformerClassifier(
+        num_classes=1, num_features=2, num_layers=1, hidden_dim=8, num_heads=2,
+        intermediate_dim=16, max_sequence_length=12,
+    )  # fmt: skip
+
+
+def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
+    target = tmp_path / "series"
+    config = {"task": "timeseries"}
+    export_saved_model(
+        numeric_classifier, None, config, target, "timeseries", ["no", "yes"]
+    )
+    with pytest.raises(FileExistsError, match=str(target)):
+        export_saved_model(numeric_classifier, None, config, target, "timeseries")
+    config["version"] = 2
+    export_saved_model(
+        numeric_classifier, None, config, target, "timeseries", overwrite=True
+    )
+    assert json.loads((target / "assets" / "config.json").read_text())["version"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["series"]  # No temporary left beside it.
+
+    series = np.random.default_rng(0).standard_normal((3, 20, 2)).astype(np.float32)
+    got = tf.saved_model.load(str(target)).signatures["serving_default"](
+        features=series
+    )
+    expected = reference_outputs(numeric_classifier, None, "timeseries", series)
+    assert got["probabilities"].shape == (3, 1)
+    assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
+
+
+def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monkeypatch):
+    (tmp_path / "series").mkdir()
+    (tmp_path / "series" / "old.txt").write_text("previous export")
+
+    def save_half_then_fail(module, directory, signatures=None):
+        with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
+            f.write(b"half")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(export.saved_model.tf.saved_model, "save", save_half_then_fail)
+    for name, overwrite in (("fresh", False), ("series", True)):
+        with pytest.raises(RuntimeError, match="disk full"):
+            export_saved_model(
+                numeric_classifier,
+                None,
+                {},
+                tmp_path / name,
+                "timeseries",
+                overwrite=overwrite,
+            )
+    assert sorted(os.listdir(tmp_path)) == ["series"]
+    assert os.listdir(tmp_path / "series") == ["old.txt"]
+
+
+def test_bad_arguments_are_rejected_before_writing(numeric_classifier, tmp_path):
+    with pytest.raises(ValueError, match="task must be one of"):
+        export_saved_model(
+            numeric_classifier, None, {}, tmp_path / "a", "summarization"
+        )
+    with pytest.raises(ValueError, match="JSON"):
+        export_saved_model(
+            numeric_classifier, None, {"x": object()}, tmp_path / "b", "timeseries"
+        )
+    with pytest.raises(ValueError, match="label_names"):
+        export_saved_model(
+            numeric_classifier, None, {}, tmp_path / "c", "timeseries", ["one"]
+        )
+    assert os.listdir(tmp_path) == []
+
+
+def test_saved_model_cli_printout_parsing_round_trips_hostile_bytes():
+    values = [b"", b"a;b=c", b"\xff\xfe'\"\\", "😀".encode(), b"\n\t"]
+    expression = input_exprs({"sentences": np.asarray(values, dtype=object)})
+    assert expression.count(";") == 0 and expression.count("=") == 1
+    printed = np.array2string(np.asarray(values, dtype=object))
+    assert list(parse_printed_array(printed)) == values
+    probabilities = np.array([[0.1, 0.9], [1e-7, 1.0]])
+    stdout = f"Result for output key probabilities:\n{probabilities}\nResult for output key labels:\n[b'x' b'y']\n"
+    parsed = parse_output(stdout)
+    np.testing.assert_allclose(parsed["probabilities"], probabilities)
+    assert list(parsed["labels"]) == [b"x", b"y"]
+
+
+def test_cli_help_lists_the_subcommands():
+    result = subprocess.run(
+        [sys.executable, "-m", "export", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for command in ("saved-model", "tflite", "verify"):
+        assert command in result.stdout
+
+
+def test_cli_saved_model_uses_the_run_dir(
+    numeric_classifier, tmp_path, monkeypatch, capsys
+):
+    run = types.SimpleNamespace(
+        task="timeseries", model=numeric_classifier, tokenizer=None, config={"seed": 1},
+        label_names=["no", "yes"], run_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    fake = types.ModuleType("training.run_dir")
+    fake.load_run = lambda run_dir: run
+    monkeypatch.setitem(sys.modules, "training.run_dir", fake)
+    output = str(tmp_path / "export")
+    assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
+    assert os.path.isfile(os.path.join(output, "saved_model.pb"))
+    assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_verify_checks_saved_model_and_tflite(
+    numeric_classifier, tmp_path, monkeypatch, capsys
+):
+    run = types.SimpleNamespace(
+        task="timeseries", model=numeric_classifier, tokenizer=None, config={},
+        label_names=None, run_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    fake = types.ModuleType("training.run_dir")
+    fake.load_run = lambda run_dir: run
+    monkeypatch.setitem(sys.modules, "training.run_dir", fake)
+    saved_model, tflite = str(tmp_path / "export"), str(tmp_path / "model.tflite")
+    assert (
+        cli.main(["saved-model", "--run-dir", run.run_dir, "--output", saved_model])
+        == 0
+    )
+    assert cli.main(["tflite", "--run-dir", run.run_dir, "--output", tflite]) == 0
+    capsys.readouterr()
+    argv = [
+        "verify",
+        "--run-dir",
+        run.run_dir,
+        "--saved-model",
+        saved_model,
+        "--tflite",
+        tflite,
+    ]
+    assert cli.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["saved_model"]["saved_model_cli"] == []
+    assert report["tflite"]["max_abs_diff"] <= 1e-5

@@ -1,0 +1,145 @@
+"""TFLite export: a fixed-length greedy loop of builtins, checked against Keras.
+
+PEERS.md pain point 1: generation loops that do not convert, or convert and
+then fill the output with junk. The `.tflite` runs in the LiteRT interpreter
+(`ai_edge_litert`) and its float32 tokens must equal `greedy_search`'s.
+"""
+
+import os
+import sys
+import types
+
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+from export_fixtures import (
+    MAX_SEQUENCE_LENGTH,
+    SENTENCES,
+    tiny_classifier,
+    tiny_tokenizer,
+    tiny_translator,
+)
+
+import export.atomic
+from export import cli
+from export.tflite import export_tflite, translator_output_length
+from export.tflite_verify import verify_tflite
+from export.verify import PROBES
+
+EXAMPLES = SENTENCES[:10] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
+SOURCE_LENGTH = 12  # Static S of the translator: L = min(12 + 50, 24) = 24.
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return tiny_translator()
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return tiny_classifier()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+def _report(report):
+    """Prints the numbers the export README quotes (visible with `pytest -s`)."""
+    print({k: v for k, v in report.items() if k != "ok"})
+    return report
+
+
+def test_float32_translator_tokens_equal_keras(translator, tokenizer, tmp_path):
+    path = export_tflite(
+        translator,
+        tmp_path / "translator.tflite",
+        "translation",
+        sequence_length=SOURCE_LENGTH,
+    )
+    runner = Interpreter(model_path=path).get_signature_runner("serving_default")
+    (spec,) = runner.get_input_details().values()
+    assert list(spec["shape_signature"]) == [1, SOURCE_LENGTH]  # Static: no -1.
+    (output,) = runner.get_output_details().values()
+    assert list(output["shape_signature"]) == [
+        1,
+        translator_output_length(translator, SOURCE_LENGTH),
+    ]
+
+    report = _report(verify_tflite(path, translator, EXAMPLES, tokenizer=tokenizer))
+    assert report["quantization"] == "none"
+    assert report["token_agreement"] == 1.0 and report["sequence_agreement"] == 1.0
+    assert report["ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantize", ["float16", "int8"])
+def test_quantized_translator_agreement(translator, tokenizer, tmp_path, quantize):
+    path = export_tflite(
+        translator, tmp_path / f"{quantize}.tflite", "translation", quantize=quantize,
+        sequence_length=SOURCE_LENGTH,
+    )  # fmt: skip
+    report = _report(verify_tflite(path, translator, EXAMPLES, tokenizer=tokenizer))
+    assert report["quantization"] == quantize
+    assert report["ok"], report
+
+
+@pytest.mark.parametrize("quantize", ["none", "float16", "int8"])
+def test_classifier_probabilities_within_tolerance(
+    classifier, tokenizer, tmp_path, quantize
+):
+    path = export_tflite(
+        classifier, tmp_path / "c.tflite", "classification", quantize=quantize
+    )
+    runner = Interpreter(model_path=path).get_signature_runner("serving_default")
+    (spec,) = runner.get_input_details().values()
+    assert list(spec["shape_signature"]) == [1, MAX_SEQUENCE_LENGTH]
+    report = _report(verify_tflite(path, classifier, EXAMPLES, tokenizer=tokenizer))
+    assert report["quantization"] == quantize
+    assert report["ok"], report
+    if quantize == "none":
+        assert report["max_abs_diff"] <= 1e-5 and report["label_agreement"] == 1.0
+
+
+def test_existing_file_is_kept_without_overwrite(classifier, tmp_path):
+    path = tmp_path / "c.tflite"
+    path.write_bytes(b"previous")
+    with pytest.raises(FileExistsError, match=str(path)):
+        export_tflite(classifier, path, "classification")
+    with pytest.raises(ValueError, match="quantize"):
+        export_tflite(
+            classifier, tmp_path / "d.tflite", "classification", quantize="int4"
+        )
+    assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["c.tflite"]
+
+
+def test_failed_write_leaves_no_temporary(tmp_path, monkeypatch):
+    def fail(descriptor):
+        raise OSError("device lost")
+
+    monkeypatch.setattr(export.atomic.os, "fsync", fail)
+    with pytest.raises(OSError, match="device lost"):
+        export.atomic.atomic_write_bytes(tmp_path / "m.tflite", b"flatbuffer")
+    assert os.listdir(tmp_path) == []
+
+
+def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatch):
+    run = types.SimpleNamespace(
+        task="classification", model=classifier, tokenizer=tokenizer, config={},
+        label_names=None, run_dir=str(tmp_path),
+    )  # fmt: skip
+    fake = types.ModuleType("training.run_dir")
+    fake.load_run = lambda run_dir: run
+    monkeypatch.setitem(sys.modules, "training.run_dir", fake)
+    output = str(tmp_path / "c.tflite")
+    argv = [
+        "tflite",
+        "--run-dir",
+        str(tmp_path),
+        "--output",
+        output,
+        "--quantize",
+        "float16",
+    ]
+    assert cli.main(argv) == 0
+    assert verify_tflite(output, classifier, EXAMPLES, tokenizer=tokenizer)["ok"]

@@ -1,0 +1,246 @@
+"""Every public layer through the shared harness, plus what each must compute.
+
+The harness (tests/harness.py) checks config and `.keras` round trips, the
+symbolic and eager calls, a fit step and mixed_bfloat16; the extra asserts
+here pin each layer's own maths and masking.
+"""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from harness import run_layer_test
+from keras import ops
+
+from keras_transformer.layers import (
+    FeedForward,
+    MultiHeadAttention,
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+    TokenAndPositionEmbedding,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
+from keras_transformer.layers.sinusoidal_position_encoding import sinusoids
+
+B, T, S, D, V = 2, 4, 6, 8, 11
+
+
+def _float(rng, *shape):
+    return rng.normal(size=shape).astype("float32")
+
+
+# Token ids with padding (id 0) at the end of the second row.
+TOKENS = np.array([[3, 5, 7, 9], [4, 2, 0, 0]], "int32")
+
+
+@pytest.mark.parametrize(
+    "init_kwargs, call_kwargs",
+    [
+        ({"num_heads": 2}, {}),
+        ({"num_heads": 2}, {"use_causal_mask": True}),
+        (
+            {"num_heads": 2, "scorer": "additive", "dropout": 0.1},
+            {"use_causal_mask": True},
+        ),
+    ],
+    ids=["dot", "dot_causal", "additive_causal"],
+)
+def test_multi_head_self_attention(init_kwargs, call_kwargs, tmp_path, rng):
+    """Self-attention (one tensor as query and value: the fused QKV matmul)."""
+    x = _float(rng, B, T, D)
+    layer, out = run_layer_test(
+        MultiHeadAttention,
+        init_kwargs,
+        [x],
+        tmp_path,
+        call_kwargs=call_kwargs,
+        call_args=(0, 0),
+        expected_output_shape=(B, T, D),
+    )
+    assert layer._fused and hasattr(layer, "qkv_kernel")
+    if call_kwargs.get("use_causal_mask"):
+        # Position 0 may only attend to itself, whatever comes after it.
+        y = x.copy()
+        y[:, 1:] = _float(rng, B, T - 1, D)
+        np.testing.assert_allclose(
+            layer(y, y, use_causal_mask=True)[:, 0], out[:, 0], atol=1e-6
+        )
+
+
+@pytest.mark.parametrize(
+    "init_kwargs, value_width, frozen_ok",
+    [
+        # Same widths: cross-attention slices the fused kernel.
+        ({"num_heads": 2}, D, ()),
+        # Different widths: separate kernels; the key bias adds the same
+        # q . b_k to every score of a row, which softmax ignores: zero gradient.
+        (
+            {"num_heads": 2, "key_dim": 3, "value_dim": 5, "output_dim": 7},
+            6,
+            ("key_bias",),
+        ),
+        ({"num_heads": 1, "scorer": "additive"}, D, ()),
+    ],
+    ids=["fused", "unfused_dims", "additive"],
+)
+def test_multi_head_cross_attention(init_kwargs, value_width, frozen_ok, tmp_path, rng):
+    """Cross-attention with T != S (and widths differing from d_model)."""
+    query, value = _float(rng, B, T, D), _float(rng, B, S, value_width)
+    out_width = init_kwargs.get("output_dim", D)
+    layer, (out, weights) = run_layer_test(
+        MultiHeadAttention,
+        init_kwargs,
+        [query, value],
+        tmp_path,
+        call_kwargs={"return_attention_scores": True},
+        expected_output_shape=(B, T, out_width),
+        frozen_ok=frozen_ok,
+    )
+    assert layer._fused == (value_width == D)
+    heads = init_kwargs["num_heads"]
+    assert tuple(weights.shape) == (B, heads, T, S)
+    np.testing.assert_allclose(ops.sum(weights, -1), np.ones((B, heads, T)), atol=1e-6)
+
+
+def test_attention_puts_query_mask_back_on_output():
+    """The query's Keras mask reaches the output: a masked pooling downstream
+    then ignores padding, so extra padding leaves the pooled vector unchanged."""
+    ids = keras.Input((None,), dtype="int32")
+    x = TokenAndPositionEmbedding(V, D, positions="learned", max_sequence_length=8)(ids)
+    attended = MultiHeadAttention(num_heads=2)(x, x)
+    pooled = keras.layers.GlobalAveragePooling1D()(attended)
+    model = keras.Model(ids, [attended, pooled])
+    out, pooled_short = model(TOKENS)
+    np.testing.assert_array_equal(ops.convert_to_numpy(out._keras_mask), TOKENS != 0)
+    padded = np.pad(TOKENS, ((0, 0), (0, 3)))
+    _, pooled_long = model(padded)
+    np.testing.assert_allclose(pooled_long, pooled_short, atol=1e-6)
+
+
+def test_sinusoidal_position_encoding(tmp_path, rng):
+    """Output is the sinusoid table broadcast over the batch, input values ignored."""
+    x = _float(rng, B, T, D)
+    _, out = run_layer_test(SinusoidalPositionEncoding, {}, x, tmp_path)
+    expected = ops.convert_to_numpy(sinusoids(T, D))
+    np.testing.assert_allclose(out, np.broadcast_to(expected, (B, T, D)), atol=1e-6)
+    shifted = SinusoidalPositionEncoding()(x, start_index=2)
+    np.testing.assert_allclose(shifted[:, :2], out[:, 2:], atol=1e-6)
+
+
+def test_position_embedding(tmp_path, rng):
+    """Output rows are the learned table's first T rows (offset by start_index)."""
+    x = _float(rng, B, T, D)
+    layer, out = run_layer_test(PositionEmbedding, {"sequence_length": 8}, x, tmp_path)
+    table = ops.convert_to_numpy(layer.position_embeddings)
+    np.testing.assert_allclose(out, np.broadcast_to(table[:T], (B, T, D)), atol=1e-6)
+    np.testing.assert_allclose(layer(x, start_index=3)[0], table[3 : 3 + T], atol=1e-6)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_token_and_position_embedding(positions, tmp_path):
+    """E[x]·sqrt(d) + PE, with the padding mask `ids != 0` on the output."""
+    init = {
+        "vocabulary_size": V,
+        "hidden_dim": D,
+        "max_sequence_length": 8,
+        "positions": positions,
+    }
+    layer, out = run_layer_test(TokenAndPositionEmbedding, init, TOKENS, tmp_path)
+    np.testing.assert_array_equal(ops.convert_to_numpy(out._keras_mask), TOKENS != 0)
+    table = ops.convert_to_numpy(layer.embeddings)
+    pe = ops.convert_to_numpy(layer.position_encoding(ops.zeros((B, T, D))))
+    np.testing.assert_allclose(out, table[TOKENS] * math.sqrt(D) + pe, atol=1e-5)
+
+
+def test_token_and_position_embedding_reverse(tmp_path, rng):
+    """reverse=True is the tied pre-softmax projection x E^T, with no Keras mask."""
+    hidden = _float(rng, B, T, D)
+    init = {"vocabulary_size": V, "hidden_dim": D}
+    layer, logits = run_layer_test(
+        TokenAndPositionEmbedding,
+        init,
+        hidden,
+        tmp_path,
+        call_kwargs={"reverse": True},
+        expected_output_shape=(B, T, V),
+    )
+    np.testing.assert_allclose(
+        logits, hidden @ ops.convert_to_numpy(layer.embeddings).T, atol=1e-5
+    )
+    assert getattr(logits, "_keras_mask", None) is None
+    # Also when the hidden states come from the (masked) forward call.
+    embedded = layer(TOKENS)
+    assert getattr(layer(embedded, reverse=True), "_keras_mask", None) is None
+
+
+def test_feed_forward(tmp_path, rng):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, position by position."""
+    x = _float(rng, B, T, D)
+    layer, out = run_layer_test(FeedForward, {"intermediate_dim": 16}, x, tmp_path)
+    w1, b1, w2, b2 = layer.get_weights()
+    np.testing.assert_allclose(out, np.maximum(0, x @ w1 + b1) @ w2 + b2, atol=1e-5)
+
+
+# Pre-LN runs with `return_attention_scores=True`: the functional call must
+# return the same `(output, weights)` structure as the eager one.
+BLOCK_CASES = pytest.mark.parametrize(
+    "normalize_first, scores",
+    [(False, False), (True, True)],
+    ids=["post_ln", "pre_ln_scores"],
+)
+
+
+@BLOCK_CASES
+def test_transformer_encoder_block(normalize_first, scores, tmp_path, rng):
+    """Harness, and the padding mask: padded positions never reach real ones."""
+    x = _float(rng, B, T, D)
+    init = {"intermediate_dim": 16, "num_heads": 2, "normalize_first": normalize_first}
+    layer, out = run_layer_test(
+        TransformerEncoderBlock,
+        init,
+        x,
+        tmp_path,
+        call_kwargs={"return_attention_scores": scores},
+        expected_output_shape=(B, T, D),
+    )
+    if scores:
+        assert tuple(out[1].shape) == (B, 2, T, T)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
+    y = x.copy()
+    y[1, 2:] = _float(rng, 2, D) * 10
+    a, b = layer(x, mask=mask), layer(y, mask=mask)
+    np.testing.assert_allclose(a[mask], b[mask], atol=1e-5)
+
+
+@BLOCK_CASES
+def test_transformer_decoder_block(normalize_first, scores, tmp_path, rng):
+    """Harness with T != S; later decoder positions never change earlier outputs."""
+    dec, enc = _float(rng, B, T, D), _float(rng, B, S, D)
+    init = {"intermediate_dim": 16, "num_heads": 2, "normalize_first": normalize_first}
+    layer, out = run_layer_test(
+        TransformerDecoderBlock,
+        init,
+        [dec, enc],
+        tmp_path,
+        call_kwargs={"return_attention_scores": scores},
+        expected_output_shape=(B, T, D),
+    )
+    if scores:
+        out, weights = out
+        assert tuple(weights["self"].shape) == (B, 2, T, T)
+        assert tuple(weights["cross"].shape) == (B, 2, T, S)
+        assert np.all(np.triu(ops.convert_to_numpy(weights["self"]), k=1) == 0)
+    changed = dec.copy()
+    changed[:, 2:] = _float(rng, B, T - 2, D)
+    np.testing.assert_allclose(layer(changed, enc)[:, :2], out[:, :2], atol=1e-5)
+    # The encoder padding mask hides padded source positions from cross-attention.
+    enc_mask = np.array([[1] * S, [1, 1, 1, 0, 0, 0]], bool)
+    noisy = enc.copy()
+    noisy[1, 3:] = _float(rng, 3, D) * 10
+    np.testing.assert_allclose(
+        layer(dec, noisy, encoder_sequence_mask=enc_mask),
+        layer(dec, enc, encoder_sequence_mask=enc_mask),
+        atol=1e-5,
+    )

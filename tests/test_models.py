@@ -1,0 +1,250 @@
+"""The models: serialisation, presets, argument checks, learned positions, training."""
+
+import keras
+import numpy as np
+import pytest
+from harness import assert_trees_equal, check_saved_model_round_trip
+from keras import ops
+
+from keras_transformer.layers import (
+    FeedForward,
+    MultiHeadAttention,
+    PositionEmbedding,
+    TokenAndPositionEmbedding,
+    TransformerEncoderBlock,
+)
+from keras_transformer.layers.sinusoidal_position_encoding import sinusoids
+from keras_transformer.models import PRESETS, Transformer, TransformerClassifier
+
+SEQ2SEQ = dict(
+    vocabulary_size=20,
+    num_layers=1,
+    hidden_dim=8,
+    num_heads=2,
+    intermediate_dim=16,
+    max_sequence_length=16,
+)
+CLASSIFIER = dict(
+    num_classes=3,
+    num_layers=1,
+    hidden_dim=8,
+    num_heads=2,
+    intermediate_dim=16,
+    max_sequence_length=16,
+)
+SOURCE = np.array([[5, 6, 7, 0, 0], [4, 9, 11, 12, 3]], "int32")
+TARGET = np.array([[2, 5, 6, 0], [2, 7, 8, 9]], "int32")
+FEATURES = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+
+
+def _build(kind):
+    if kind == "transformer":
+        return Transformer(**SEQ2SEQ), {
+            "encoder_token_ids": SOURCE,
+            "decoder_token_ids": TARGET,
+        }
+    if kind == "classifier_tokens":
+        return TransformerClassifier(vocabulary_size=20, **CLASSIFIER), SOURCE
+    return TransformerClassifier(num_features=3, **CLASSIFIER), FEATURES
+
+
+KINDS = ["transformer", "classifier_tokens", "classifier_features"]
+
+
+@pytest.fixture(scope="module")
+def built():
+    keras.utils.set_random_seed(11)
+    return {kind: _build(kind) for kind in KINDS}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_config_round_trip(kind, built):
+    """from_config(get_config()) keeps the config; with copied weights, the outputs."""
+    model, inputs = built[kind]
+    config = model.get_config()
+    clone = model.__class__.from_config(config)
+    assert clone.get_config() == config
+    clone.set_weights(model.get_weights())
+    assert_trees_equal(model(inputs), clone(inputs), err_msg=kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_keras_file_round_trip(kind, built, tmp_path):
+    """`.keras` save and `load_model(safe_mode=True)`: same class, config, outputs."""
+    model, inputs = built[kind]
+    reloaded = check_saved_model_round_trip(model, inputs, tmp_path)
+    assert type(reloaded) is type(model)
+    assert reloaded.get_config() == model.get_config()
+    out = model(inputs)
+    assert out.dtype == "float32" and getattr(out, "_keras_mask", None) is None
+
+
+def test_classifier_ignores_padding(built):
+    """Mean pooling over real tokens only: extra padding leaves the logits unchanged."""
+    model, _ = built["classifier_tokens"]
+    np.testing.assert_allclose(
+        model(np.pad(SOURCE, ((0, 0), (0, 3)))), model(SOURCE), atol=1e-5
+    )
+
+
+def test_from_preset_tiny():
+    """The tiny preset builds with its config and gives finite float32 logits."""
+    model = Transformer.from_preset("tiny")
+    assert model.config == PRESETS["tiny"]
+    ids = np.array([[5, 6, 7, 0]], "int32")
+    logits = model({"encoder_token_ids": ids, "decoder_token_ids": ids})
+    assert tuple(logits.shape) == (1, 4, PRESETS["tiny"].vocabulary_size)
+    assert logits.dtype == "float32" and np.all(
+        np.isfinite(ops.convert_to_numpy(logits))
+    )
+
+
+def test_unknown_preset_names_it():
+    with pytest.raises(ValueError, match="not_a_preset"):
+        Transformer.from_preset("not_a_preset")
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (
+            lambda: Transformer(**{**SEQ2SEQ, "hidden_dim": 10, "num_heads": 4}),
+            r"hidden_dim=10, num_heads=4",
+        ),
+        (lambda: Transformer(**{**SEQ2SEQ, "num_layers": -1}), r"num_layers=-1"),
+        (
+            lambda: Transformer(**{**SEQ2SEQ, "vocabulary_size": 0}),
+            r"vocabulary_size=0",
+        ),
+        (lambda: Transformer(**{**SEQ2SEQ, "dropout": 1.5}), r"dropout=1\.5"),
+        (
+            lambda: TransformerClassifier(
+                vocabulary_size=20, **{**CLASSIFIER, "num_heads": 3}
+            ),
+            r"hidden_dim=8, num_heads=3",
+        ),
+        (
+            lambda: TransformerClassifier(
+                vocabulary_size=20, **{**CLASSIFIER, "dropout": 1.5}
+            ),
+            r"dropout=1\.5",
+        ),
+        (lambda: MultiHeadAttention(num_heads=0), r"num_heads=0"),
+        (lambda: MultiHeadAttention(num_heads=2, scorer="cosine"), r"scorer='cosine'"),
+        (lambda: FeedForward(intermediate_dim=-4), r"intermediate_dim=-4"),
+        (lambda: TransformerEncoderBlock(16, 2, dropout=1.5), r"dropout=1\.5"),
+        (
+            lambda: MultiHeadAttention(num_heads=3)(
+                np.zeros((1, 2, 8), "float32"), np.zeros((1, 2, 8), "float32")
+            ),
+            r"hidden_dim=8, num_heads=3",
+        ),
+    ],
+    ids=[
+        "indivisible",
+        "negative_layers",
+        "zero_vocab",
+        "dropout",
+        "cls_indivisible",
+        "cls_dropout",
+        "zero_heads",
+        "scorer",
+        "negative_ffn",
+        "block_dropout",
+        "mha_indivisible",
+    ],
+)
+def test_bad_arguments_raise_naming_argument_and_value(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_bad_token_ids_for_embedding():
+    """3-D or float token ids are refused, naming `token_ids` and the shape/dtype."""
+    layer = TokenAndPositionEmbedding(20, 8)
+    with pytest.raises(ValueError, match=r"token_ids.*rank 2.*\(2, 3, 2\)"):
+        layer(np.ones((2, 3, 2), "int32"))
+    with pytest.raises(ValueError, match=r"token_ids.*dtype=float32"):
+        layer(np.ones((2, 3), "float32"))
+
+
+@pytest.mark.parametrize("name", ["encoder_token_ids", "decoder_token_ids"])
+def test_bad_token_ids_for_model_call(name, built):
+    """The model refuses float ids (instead of silently casting 2.7 to 2) and 3-D
+    ids, naming the input and its dtype or shape."""
+    model, inputs = built["transformer"]
+    floats = dict(inputs, **{name: inputs[name].astype("float32") + 0.7})
+    with pytest.raises(ValueError, match=rf"{name}.*dtype=float32"):
+        model(floats)
+    cube = dict(inputs, **{name: np.stack([inputs[name]] * 2, axis=-1)})
+    with pytest.raises(ValueError, match=rf"{name}.*\(2, \d, 2\)"):
+        model(cube)
+    classifier, _ = built["classifier_tokens"]
+    with pytest.raises(ValueError, match=r"token_ids.*dtype=float32"):
+        classifier(SOURCE.astype("float32"))
+
+
+def test_learned_positions_set_to_sinusoids_equal_sinusoidal_model(built):
+    """positions="learned" works, and differs from the paper's model only by its
+    table: loading the sinusoids into it reproduces the sinusoidal logits."""
+    sinusoidal, inputs = built["transformer"]
+    learned = Transformer(**SEQ2SEQ, positions="learned")
+    by_path = {v.path: v for v in sinusoidal.weights}
+    extra = [v for v in learned.weights if v.path not in by_path]
+    assert [tuple(v.shape) for v in extra] == [(SEQ2SEQ["max_sequence_length"], 8)]
+    for v in learned.weights:
+        v.assign(by_path[v.path] if v.path in by_path else sinusoids(*v.shape))
+    np.testing.assert_allclose(learned(inputs), sinusoidal(inputs), atol=1e-5)
+    extra[0].assign(ops.zeros(extra[0].shape))
+    assert not np.allclose(learned(inputs), sinusoidal(inputs), atol=1e-3)
+
+
+@pytest.mark.parametrize("new_length", [11, 4, 6])
+def test_resized_position_embedding_is_exact_on_a_linear_ramp(new_length):
+    """Resizing keeps both endpoints and maps a linear table to the same line
+    sampled at the new positions (linear interpolation is exact on a ramp)."""
+    layer = PositionEmbedding(6)
+    layer.build((None, 6, 3))
+    slope, offset = np.array([1.0, -2.0, 0.5]), np.array([0.25, 1.0, -3.0])
+    layer.position_embeddings.assign(
+        (np.arange(6)[:, None] * slope + offset).astype("float32")
+    )
+    resized = layer.resized(new_length)
+    table = ops.convert_to_numpy(resized.position_embeddings)
+    assert resized.sequence_length == new_length and table.shape == (new_length, 3)
+    np.testing.assert_allclose(table[0], offset, atol=1e-6)
+    np.testing.assert_allclose(table[-1], 5 * slope + offset, atol=1e-5)
+    positions = np.linspace(0, 5, new_length)[:, None]
+    np.testing.assert_allclose(table, positions * slope + offset, atol=1e-5)
+    out = resized(np.zeros((2, new_length, 3), "float32"))
+    np.testing.assert_allclose(out[1], table, atol=0)
+
+
+def test_classifier_learns_a_separable_toy_task():
+    """Sequences of token 5 vs token 6 (variable padding): the loss falls and
+    the classifier separates them."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=32)
+    lengths = rng.integers(2, 7, size=32)
+    tokens = np.zeros((32, 6), "int32")
+    for i, (label, length) in enumerate(zip(labels, lengths, strict=True)):
+        tokens[i, :length] = 5 + label
+    model = TransformerClassifier(
+        num_classes=2,
+        vocabulary_size=10,
+        num_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=16,
+        dropout=0.0,
+        max_sequence_length=8,
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    history = model.fit(tokens, labels, batch_size=8, epochs=4, verbose=0).history
+    assert history["loss"][-1] < 0.5 * history["loss"][0], history["loss"]
+    predicted = np.argmax(ops.convert_to_numpy(model(tokens)), axis=-1)
+    assert np.mean(predicted == labels) == 1.0
