@@ -75,6 +75,11 @@ def _datasets(config, data, tokenizer, num_replicas):
             )
         one_pass = make(data.train, shuffle=True)
         valid = make(data.valid, shuffle=False)
+    if config.task != "translation":
+        # The classifier is a single-input functional model: feed the bare tensor.
+        key = "token_ids" if config.task == "classification" else "features"
+        one_pass = one_pass.map(lambda x, y: (x[key], y))
+        valid = valid.map(lambda x, y: (x[key], y))
     # Each repetition reshuffles (seeded), so the stream is deterministic and
     # a resumed run can skip to the exact batch it had reached.
     train = one_pass.repeat()
@@ -254,6 +259,9 @@ def _evaluate(config, model, tokenizer, data, valid):
             max_sequence_length=config.max_sequence_length, batch_size=config.batch_size,
             shuffle=False,
         )
+        key = "token_ids" if config.task == "classification" else "features"
+        test = test.map(lambda x, y: (x[key], y))
+        test = test.apply(tf.data.experimental.assert_cardinality(_count(test)))
         test_results = model.evaluate(test, verbose=0, return_dict=True)
         metrics.update({f"test_{k}": float(v) for k, v in test_results.items()})
         return metrics

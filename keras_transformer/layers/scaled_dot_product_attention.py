@@ -16,7 +16,11 @@ def masked_softmax(scores, mask=None, axis=-1):
     scores = ops.cast(scores, "float32")
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(-3.4028234663852886e38, "float32"))
-    return ops.softmax(scores, axis=axis)
+    # exp / sum by hand: ops.softmax warns on a length-1 axis (one key, the
+    # first decoding step), which is a valid case here.
+    scores = scores - ops.max(scores, axis=axis, keepdims=True)
+    exp = ops.exp(scores)
+    return exp / ops.sum(exp, axis=axis, keepdims=True)
 
 
 def scaled_dot_product_attention(

@@ -133,7 +133,8 @@ class Transformer(keras.Model):
             for name in ("encoder_token_ids", "decoder_token_ids"):
                 if name in inputs:
                     check_token_ids(name, inputs[name])
-        return super().call(inputs, training=training, mask=mask, **kwargs)
+        # Explicit class: AutoGraph cannot resolve zero-argument super().
+        return super(Transformer, self).call(inputs, training=training, mask=mask, **kwargs)
 
     # --- pieces shared by the functional graph and step-by-step decoding ---
     def encode(self, encoder_token_ids, training=None):

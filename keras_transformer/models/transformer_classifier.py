@@ -169,7 +169,10 @@ class TransformerClassifier(keras.Model):
         # Validate before the functional graph casts float ids to int32.
         if self.vocabulary_size is not None:
             check_token_ids("token_ids", inputs)
-        return super().call(inputs, training=training, mask=mask, **kwargs)
+        # Explicit class: AutoGraph cannot resolve zero-argument super().
+        return super(TransformerClassifier, self).call(
+            inputs, training=training, mask=mask, **kwargs
+        )
 
     @property
     def input_name(self):
