@@ -150,6 +150,38 @@ def test_shuffle_is_seeded_and_repeat_is_endless(toy):
     assert sum(1 for _ in repeated) == one_epoch + 5
 
 
+def test_repeated_stream_is_a_pure_function_of_the_seed(toy):
+    """What resuming relies on: skip(n) on a fresh iterator == the n-th batch.
+
+    Other iterators created before must not change the stream (a
+    reshuffle_each_iteration shuffle fails this: its seed generator lives in
+    the dataset and every new iterator advances it).
+    """
+    stream = _translation(toy, repeat=True, seed=3)
+    one_epoch = sum(1 for _ in _translation(toy, shuffle=False))
+    def ids(batch):
+        return batch[0]["encoder_token_ids"].numpy()
+
+    continuous = [ids(b) for b in stream.take(2 * one_epoch + 2)]
+    for _ in stream.take(one_epoch + 1):  # another iterator, consumed first
+        pass
+    skip = one_epoch - 1  # resume across a pass boundary
+    resumed = [ids(b) for b in stream.skip(skip).take(4)]
+    for a, b in zip(continuous[skip : skip + 4], resumed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Each pass is a fresh shuffle holding every example once; no batch
+    # spans two passes.
+    everything = sorted(
+        tuple(r[r > 0]) for b in _translation(toy, shuffle=False) for r in ids(b)
+    )
+    rows, pass_length = [], 0
+    while len(rows) < len(everything):
+        rows += [tuple(r[r > 0]) for r in continuous[pass_length]]
+        pass_length += 1
+    assert sorted(rows) == everything
+    assert not np.array_equal(continuous[0], continuous[pass_length])
+
+
 def test_translation_argument_errors(toy):
     src, tgt, src_tok, tgt_tok = toy
     with pytest.raises(

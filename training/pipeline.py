@@ -124,11 +124,37 @@ def _check_common(num_inputs, num_labels, max_sequence_length, names):
         )
 
 
-def _finish(dataset, num_examples, shuffle, seed, repeat):
-    if shuffle:
-        buffer_size = min(num_examples, _MAX_SHUFFLE_BUFFER)
-        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
-    return dataset.repeat() if repeat else dataset
+def _finish(dataset, num_examples, shuffle, seed, repeat, batch):
+    """Shuffle and `batch` one pass, or an endless stream of passes.
+
+    With `repeat`, the (tokenised) examples are held in memory and pass `e`
+    visits them in the order `stateless_shuffle(range(n), seed=(seed, e))`,
+    batched on its own (no batch spans two passes).  The stream is a pure
+    function of `seed`: a new iterator over it, or over `stream.skip(n)`,
+    yields the same batches whatever iterators came before.  That is what
+    lets a killed run resume at its exact batch.  (`Dataset.shuffle` with
+    `reshuffle_each_iteration=True` keeps a seed generator inside the
+    dataset that every new iterator advances, so it does not.)
+    """
+    if not repeat:
+        if shuffle:
+            buffer_size = min(num_examples, _MAX_SHUFFLE_BUFFER)
+            dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
+        return batch(dataset)
+    if not shuffle:
+        return tf.data.Dataset.counter().flat_map(lambda epoch: batch(dataset))
+    examples = dataset.ragged_batch(num_examples).get_single_element()
+    seed = tf.constant(seed, tf.int64)
+
+    def one_pass(epoch):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_examples), seed=tf.stack([seed, epoch])
+        )
+        return batch(tf.data.Dataset.from_tensor_slices(order).map(
+            lambda i: tf.nest.map_structure(lambda column: column[i], examples)
+        ))
+
+    return tf.data.Dataset.counter().flat_map(one_pass)
 
 
 def make_translation_dataset(
@@ -165,7 +191,8 @@ def make_translation_dataset(
         shuffle: Shuffle examples (buffer up to 65,536) before batching.
         seed: Shuffle seed.
         cache: Keep the tokenised examples in memory after the first pass.
-        repeat: Repeat forever (for `fit(steps_per_epoch=...)`).
+        repeat: An endless stream of passes, pass `e` shuffled with a seed
+            from `(seed, e)`: `skip(n)` on a fresh iterator resumes exactly.
         pad_to_length: When set, no bucketing: every batch has
             `tokens_per_batch // pad_to_length` rows padded to exactly this
             length (fully static shapes with `drop_remainder=True`).
@@ -216,32 +243,36 @@ def make_translation_dataset(
             labels,
         )
     )
-    dataset = _finish(dataset, len(src_sentences), shuffle, seed, repeat)
-
-    if pad_to_length is not None:
-        shape = [pad_to_length]
-        dataset = dataset.padded_batch(
-            tokens_per_batch // pad_to_length,
-            padded_shapes=(
-                {"encoder_token_ids": shape, "decoder_token_ids": shape},
-                shape,
-            ),
-            drop_remainder=drop_remainder,
-        )
-    else:
+    if pad_to_length is None:
         boundaries = list(boundaries or bucket_boundaries(max_sequence_length))
         # Bucket i holds lengths in [boundaries[i-1], boundaries[i]).
         longest_per_bucket = [b - 1 for b in boundaries] + [max_sequence_length]
         batch_sizes = [max(1, tokens_per_batch // n) for n in longest_per_bucket]
-        dataset = dataset.bucket_by_sequence_length(
-            lambda features, labels: tf.maximum(
-                tf.shape(features["encoder_token_ids"])[0],
-                tf.shape(features["decoder_token_ids"])[0],
-            ),
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=batch_sizes,
-            drop_remainder=drop_remainder,
-        )
+
+    def batch(dataset):
+        if pad_to_length is not None:
+            shape = [pad_to_length]
+            dataset = dataset.padded_batch(
+                tokens_per_batch // pad_to_length,
+                padded_shapes=(
+                    {"encoder_token_ids": shape, "decoder_token_ids": shape},
+                    shape,
+                ),
+                drop_remainder=drop_remainder,
+            )
+        else:
+            dataset = dataset.bucket_by_sequence_length(
+                lambda features, labels: tf.maximum(
+                    tf.shape(features["encoder_token_ids"])[0],
+                    tf.shape(features["decoder_token_ids"])[0],
+                ),
+                bucket_boundaries=boundaries,
+                bucket_batch_sizes=batch_sizes,
+                drop_remainder=drop_remainder,
+            )
+        return dataset
+
+    dataset = _finish(dataset, len(src_sentences), shuffle, seed, repeat, batch)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -275,7 +306,7 @@ def make_classification_dataset(
         shuffle: Reshuffle every epoch.
         seed: Shuffle seed.
         cache: Cache the tokenised examples in memory.
-        repeat: Repeat forever.
+        repeat: An endless, deterministic stream of passes (see above).
         pad_to_length: Fixed padded length for token ids.
         drop_remainder: Drop the last incomplete batch.
 
@@ -307,16 +338,20 @@ def make_classification_dataset(
         columns = (tf.constant(list(inputs), tf.string), labels)
         dataset = _tokenized(columns, tokenize, cache, max_sequence_length, "tokens")
         dataset = dataset.map(lambda ids, label, _: ({"token_ids": ids}, label))
-    dataset = _finish(dataset, len(labels), shuffle, seed, repeat)
-    if tokenizer is None:
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    else:
-        shape = [pad_to_length if pad_to_length is not None else None]
-        dataset = dataset.padded_batch(
-            batch_size,
-            padded_shapes=({"token_ids": shape}, []),
-            drop_remainder=drop_remainder,
-        )
+
+    def batch(dataset):
+        if tokenizer is None:
+            dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+        else:
+            shape = [pad_to_length if pad_to_length is not None else None]
+            dataset = dataset.padded_batch(
+                batch_size,
+                padded_shapes=({"token_ids": shape}, []),
+                drop_remainder=drop_remainder,
+            )
+        return dataset
+
+    dataset = _finish(dataset, len(labels), shuffle, seed, repeat, batch)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 

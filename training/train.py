@@ -56,7 +56,7 @@ def _model_config(config, **fixed):
 
 
 def _datasets(config, data, tokenizer, num_replicas):
-    """(train stream (repeated), steps per epoch, validation dataset)."""
+    """(endless train stream, steps per epoch, validation dataset)."""
     seed = config.seed
     if config.task == "translation":
         def make(split, **kw):
@@ -65,6 +65,7 @@ def _datasets(config, data, tokenizer, num_replicas):
                 config.tokens_per_batch, seed=seed, **kw,
             )
         one_pass = make(data.train, shuffle=True)
+        stream = make(data.train, shuffle=True, repeat=True)
         valid = make(data.valid, shuffle=False)
     else:
         def make(split, **kw):
@@ -74,20 +75,22 @@ def _datasets(config, data, tokenizer, num_replicas):
                 batch_size=config.batch_size, seed=seed, **kw,
             )
         one_pass = make(data.train, shuffle=True)
+        stream = make(data.train, shuffle=True, repeat=True)
         valid = make(data.valid, shuffle=False)
     if config.task != "translation":
         # The classifier is a single-input functional model: feed the bare tensor.
         key = "token_ids" if config.task == "classification" else "features"
-        one_pass = one_pass.map(lambda x, y: (x[key], y))
+        stream = stream.map(lambda x, y: (x[key], y))
         valid = valid.map(lambda x, y: (x[key], y))
-    # Each repetition reshuffles (seeded), so the stream is deterministic and
-    # a resumed run can skip to the exact batch it had reached.
-    train = one_pass.repeat()
+    # The stream is a pure function of the seed (pass e is shuffled with a
+    # seed from (seed, e)), so a resumed run's fresh iterator over
+    # stream.skip(step) yields exactly the batches an uninterrupted run saw.
+    # An "epoch" is steps_per_epoch batches of it: the size of one pass.
     steps = config.steps_per_epoch or _count(one_pass)
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
     valid = valid.apply(tf.data.experimental.assert_cardinality(_count(valid)))
-    return train, steps, valid
+    return stream, steps, valid
 
 
 def _count(dataset):
