@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_transformer.layers import (
     FeedForward,
+    MaskedMeanPooling,
     MultiHeadAttention,
     PositionEmbedding,
     SinusoidalPositionEncoding,
@@ -181,6 +182,27 @@ def test_feed_forward(tmp_path, rng):
     layer, out = run_layer_test(FeedForward, {"intermediate_dim": 16}, x, tmp_path)
     w1, b1, w2, b2 = layer.get_weights()
     np.testing.assert_allclose(out, np.maximum(0, x @ w1 + b1) @ w2 + b2, atol=1e-5)
+
+
+def test_masked_mean_pooling(tmp_path, rng):
+    """Mean over real positions (== GlobalAveragePooling1D); an empty row is 0, not NaN."""
+    x = _float(rng, 3, T, D)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], bool)
+    layer, out = run_layer_test(MaskedMeanPooling, {}, x, tmp_path)
+    np.testing.assert_allclose(out, x.mean(axis=1), atol=1e-6)
+    got = ops.convert_to_numpy(layer(x, mask=mask))
+    reference = keras.layers.GlobalAveragePooling1D()(x[:2], mask=mask[:2])
+    np.testing.assert_allclose(got[:2], reference, atol=1e-6)
+    np.testing.assert_array_equal(got[2], np.zeros(D, "float32"))
+    # A Keras mask (here from mask_zero) is used and not passed on.
+    ids = keras.Input((None,), dtype="int32")
+    pooled = MaskedMeanPooling()(keras.layers.Embedding(V, D, mask_zero=True)(ids))
+    model = keras.Model(ids, pooled)
+    embedded = ops.convert_to_numpy(model.layers[1](TOKENS))
+    np.testing.assert_allclose(
+        model(TOKENS)[1], embedded[1, :2].mean(axis=0), atol=1e-6
+    )
+    assert getattr(model(TOKENS), "_keras_mask", None) is None
 
 
 # Pre-LN runs with `return_attention_scores=True`: the functional call must

@@ -87,6 +87,16 @@ def test_classifier_ignores_padding(built):
     )
 
 
+def test_classifier_empty_sentence_is_finite_and_leaves_others_alone(built):
+    """An all-padding row (an empty string after tokenisation) pools to zeros:
+    finite logits, and the other rows of the batch are unchanged."""
+    model, _ = built["classifier_tokens"]
+    with_empty = np.concatenate([SOURCE, np.zeros((1, SOURCE.shape[1]), "int32")])
+    logits = ops.convert_to_numpy(model(with_empty))
+    assert np.all(np.isfinite(logits)), logits
+    np.testing.assert_allclose(logits[: len(SOURCE)], model(SOURCE), atol=1e-5)
+
+
 def test_from_preset_tiny():
     """The tiny preset builds with its config and gives finite float32 logits."""
     model = Transformer.from_preset("tiny")

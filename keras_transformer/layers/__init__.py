@@ -7,6 +7,7 @@ from keras_transformer.layers.masking import (
     padding_mask,
 )
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.pooling import MaskedMeanPooling
 from keras_transformer.layers.position_embedding import (
     PositionEmbedding,
     interpolate_positions,
@@ -27,6 +28,7 @@ from keras_transformer.layers.transformer_encoder_block import TransformerEncode
 
 __all__ = [
     "FeedForward",
+    "MaskedMeanPooling",
     "MultiHeadAttention",
     "PositionEmbedding",
     "SinusoidalPositionEncoding",

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.masking import padding_mask
+from keras_transformer.layers.pooling import MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -121,7 +122,7 @@ class TransformerClassifier(keras.Model):
             keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="encoder_norm")
             if normalize_first else None
         )
-        self.pooling = keras.layers.GlobalAveragePooling1D(dtype=dtype, name="mean_pooling")
+        self.pooling = MaskedMeanPooling(dtype=dtype, name="mean_pooling")
         self.head_hidden = keras.layers.Dense(
             head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
         )
