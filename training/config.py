@@ -80,6 +80,8 @@ class TrainingConfig:
     num_examples: int = 5
     # Classification: number of classes (inferred from data when 0).
     num_classes: int = 0
+    # Time series: steps per token (PatchTST patches); 1 is one token per step.
+    patch_length: int = 1
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -108,7 +110,8 @@ class TrainingConfig:
         _choice("precision", self.precision, PRECISIONS)
         _choice("dataset", self.dataset, ("toy", "multi30k", "sst2", "ucr", "files"))
         for name in ("vocabulary_size", "max_sequence_length", "tokens_per_batch",
-                     "batch_size", "epochs", "warmup_steps", "checkpoint_every_steps"):
+                     "batch_size", "epochs", "warmup_steps", "checkpoint_every_steps",
+                     "patch_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
@@ -120,6 +123,11 @@ class TrainingConfig:
             raise ValueError(
                 f"`average_last`={self.average_last} exceeds `keep_epoch_checkpoints`="
                 f"{self.keep_epoch_checkpoints}: those checkpoints would be deleted."
+            )
+        if self.patch_length != 1 and self.task != "timeseries":
+            raise ValueError(
+                f"`patch_length` applies to task='timeseries' only; received "
+                f"patch_length={self.patch_length!r} with task={self.task!r}."
             )
         if self.dataset == "files" and not self.train_files:
             raise ValueError("dataset='files' needs `train_files`; received train_files=().")

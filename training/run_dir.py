@@ -80,6 +80,7 @@ class Run:
 def load_run(run_dir):
     """Load a finished run: model, tokenizer, labels, config and metrics."""
     import keras_transformer  # noqa: F401  (registers the serializable classes)
+    import training.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
 
     run_dir = os.fspath(run_dir)
     model_path = os.path.join(run_dir, "model.keras")

@@ -20,8 +20,17 @@ from training.callbacks import LearningRateLogger, WallClockTimer
 from training.checkpoint_average import average_checkpoints
 from training.data import load_task_data
 from training.distribute import build_strategy
-from training.losses import MaskedAccuracy, MaskedPerplexity, MaskedSparseCategoricalCrossentropy
-from training.monitor import AttentionImages, ValidationBleu, attention_example, write_hparams
+from training.losses import (
+    MaskedAccuracy,
+    MaskedPerplexity,
+    MaskedSparseCategoricalCrossentropy,
+)
+from training.monitor import (
+    AttentionImages,
+    ValidationBleu,
+    attention_example,
+    write_hparams,
+)
 from training.resume import ResumableCheckpoint
 from training.run_dir import prepare_run_dir
 from training.schedule import paper_optimizer
@@ -118,7 +127,9 @@ def _build_and_compile(config, tokenizer, data):
         if config.task == "classification":
             model = TransformerClassifier(vocabulary_size=tokenizer.vocabulary_size, **common)
         else:
-            model = TransformerClassifier(num_features=data.train[0].shape[-1], **common)
+            model = TransformerClassifier(
+                num_features=data.train[0].shape[-1], patch_length=config.patch_length, **common
+            )
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         hidden_dim = m.hidden_dim

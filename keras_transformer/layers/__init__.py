@@ -17,6 +17,7 @@ from keras_transformer.layers.scaled_dot_product_attention import (
     masked_softmax,
     scaled_dot_product_attention,
 )
+from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "MaskedMeanPooling",
     "MultiHeadAttention",
     "PositionEmbedding",
+    "SeriesPatches",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",

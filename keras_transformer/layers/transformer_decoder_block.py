@@ -2,8 +2,8 @@
 
 import keras
 
-from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

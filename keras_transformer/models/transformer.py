@@ -134,7 +134,7 @@ class Transformer(keras.Model):
                 if name in inputs:
                     check_token_ids(name, inputs[name])
         # Explicit class: AutoGraph cannot resolve zero-argument super().
-        return super(Transformer, self).call(inputs, training=training, mask=mask, **kwargs)
+        return super(Transformer, self).call(inputs, training=training, mask=mask, **kwargs)  # noqa: UP008 (AutoGraph)
 
     # --- pieces shared by the functional graph and step-by-step decoding ---
     def encode(self, encoder_token_ids, training=None):

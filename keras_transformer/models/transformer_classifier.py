@@ -6,6 +6,7 @@ from keras import ops
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.pooling import MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
+from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -31,6 +32,9 @@ class TransformerClassifier(keras.Model):
       embeddings are scaled by sqrt(d_model) and summed with positions.
     - `num_features`: `features` `(B, T, F)` float32 (e.g. a UCR time series,
       F=1), projected to d_model by a dense layer and summed with positions.
+      With `patch_length` p > 1, every p consecutive steps form one token
+      first (`SeriesPatches`: zero-padded to a multiple of p, reshaped to
+      `(B, ceil(T/p), p*F)`), as in PatchTST (Nie et al., 2023).
 
     The encoder output is averaged over real positions (padding excluded),
     then `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
@@ -43,9 +47,14 @@ class TransformerClassifier(keras.Model):
         num_layers, hidden_dim, num_heads, intermediate_dim, dropout,
         attention_dropout, layer_norm_epsilon, normalize_first: as
             `TransformerConfig` (N, d_model, h, d_ff, P_drop).
-        max_sequence_length: longest input (learned positions only).
+        max_sequence_length: longest input in tokens, i.e. in patches when
+            `patch_length` > 1 (learned positions only).
         positions: `"sinusoidal"` or `"learned"`.
         head_hidden_dim: width of the head's hidden layer (d_model if None).
+        patch_length: time steps per token (numeric input only); 1 gives
+            one token per step.  A single value per token gives attention
+            little to compare; the generated task of notebook 05 is learned
+            with patches of 8 steps and not with single steps.
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -73,6 +82,7 @@ class TransformerClassifier(keras.Model):
         normalize_first=False,
         head_hidden_dim=None,
         layer_norm_epsilon=1e-6,
+        patch_length=1,
         dtype=None,
         **kwargs,
     ):
@@ -93,6 +103,13 @@ class TransformerClassifier(keras.Model):
         check_rate("dropout", dropout)
         check_divisible("hidden_dim", hidden_dim, "num_heads", num_heads)
         check_choice("positions", positions, ("sinusoidal", "learned"))
+        check_positive_int("patch_length", patch_length)
+        if vocabulary_size is not None and patch_length != 1:
+            raise ValueError(
+                "`patch_length` applies to numeric input (num_features) only; "
+                f"received patch_length={patch_length!r} with vocabulary_size="
+                f"{vocabulary_size!r}."
+            )
 
         # === Layers ===
         if vocabulary_size is not None:
@@ -101,6 +118,10 @@ class TransformerClassifier(keras.Model):
                 dtype=dtype, name="token_embedding",
             )
         else:
+            self.patches = (
+                SeriesPatches(patch_length, dtype=dtype, name="series_patches")
+                if patch_length > 1 else None
+            )
             self.feature_projection = keras.layers.Dense(
                 hidden_dim, dtype=dtype, name="feature_projection"
             )
@@ -138,7 +159,10 @@ class TransformerClassifier(keras.Model):
         else:
             inputs = keras.Input((None, num_features), dtype="float32", name="features")
             mask = None
-            x = self.feature_projection(inputs)  # (B, T, d)
+            x = inputs
+            if self.patches is not None:
+                x = self.patches(x)  # (B, ceil(T/p), p*F)
+            x = self.feature_projection(x)  # (B, T', d): T' tokens
             x = x + self.position_encoding(x)
         x = self.embedding_dropout(x)
         for block in self.encoder_blocks:
@@ -165,13 +189,14 @@ class TransformerClassifier(keras.Model):
         self.normalize_first = normalize_first
         self.head_hidden_dim = head_hidden_dim
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.patch_length = patch_length
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         # Validate before the functional graph casts float ids to int32.
         if self.vocabulary_size is not None:
             check_token_ids("token_ids", inputs)
         # Explicit class: AutoGraph cannot resolve zero-argument super().
-        return super(TransformerClassifier, self).call(
+        return super(TransformerClassifier, self).call(  # noqa: UP008 (AutoGraph)
             inputs, training=training, mask=mask, **kwargs
         )
 
@@ -205,6 +230,7 @@ class TransformerClassifier(keras.Model):
             "normalize_first": self.normalize_first,
             "head_hidden_dim": self.head_hidden_dim,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "patch_length": self.patch_length,
         }
 
     @classmethod
