@@ -11,7 +11,11 @@ TensorFlow:
 - `export.serving`: the `TranslatorModule` and `ClassifierModule` served.
 """
 
-# What a run can be, and the `.tflite` weight types (light constants, used by
-# the command line before TensorFlow is imported).
-TASKS = ("translation", "classification", "timeseries")
+# What an export serves, and the `.tflite` weight types (light constants, used
+# by the command line before TensorFlow is imported). The first three are the
+# training run tasks (`training.config.TASKS`): a seq2seq `Transformer`, a
+# token `TransformerClassifier`, a numeric one; "image" is a
+# `VisionTransformer`, exported through the library functions only, since no
+# training run makes one.
+TASKS = ("translation", "classification", "timeseries", "image")
 QUANTIZATIONS = ("none", "float16", "int8")

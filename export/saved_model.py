@@ -20,18 +20,19 @@ import tempfile
 
 import tensorflow as tf
 
-from export import TASKS
 from export.atomic import atomic_directory
-from export.serving import ClassifierModule, TranslatorModule
+from export.serving import ClassifierModule, TranslatorModule, check_task
 
 
 def build_serving_module(model, tokenizer, task, label_names=None):
     """The inference `tf.Module` for `task` (see `export.serving`).
 
     Args:
-        model: A `Transformer` (translation) or `TransformerClassifier`.
-        tokenizer: The run's tokenizer; None for numeric classifiers.
-        task: One of `TASKS`; "timeseries" is a classifier over features.
+        model: A `Transformer` (translation), `TransformerClassifier`
+            (classification, timeseries) or `VisionTransformer` (image).
+        tokenizer: The run's tokenizer; None for numeric and image input.
+        task: One of `export.TASKS`; "timeseries" is a classifier over
+            features, "image" one over images.
         label_names: Class names of a classifier.
 
     Returns:
@@ -40,19 +41,13 @@ def build_serving_module(model, tokenizer, task, label_names=None):
     Raises:
         ValueError: On an unknown task or a model that does not fit it.
     """
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}; received task={task!r}.")
+    check_task(model, task)
     if task == "translation":
-        if tokenizer is None or not hasattr(model, "decode_step"):
+        if tokenizer is None:
             raise ValueError(
-                "task='translation' needs a seq2seq Transformer and its tokenizer; received "
-                f"model={type(model).__name__}, tokenizer={type(tokenizer).__name__}."
+                "task='translation' needs the tokenizer; received tokenizer=None."
             )
         return TranslatorModule(model, tokenizer)
-    if not hasattr(model, "num_classes"):
-        raise ValueError(
-            f"task={task!r} needs a TransformerClassifier; received {type(model).__name__}."
-        )
     return ClassifierModule(model, tokenizer, label_names)
 
 
@@ -88,17 +83,21 @@ def export_saved_model(
     `translations`, `scores`); for a token classifier `serving_default`
     (`sentences` -> `probabilities` `(B, K)`, `labels`) and `classify_ids`
     (`token_ids`); for a numeric classifier `serving_default` (`features`
-    float32 `(B, T, F)`).
+    float32 `(B, T, F)`); for a `VisionTransformer` `serving_default`
+    (`images` float32 `(B, H, W, C)`, H, W and C fixed by the model). Every
+    classifier signature returns `probabilities` float32 `(B, K)` and
+    `labels` tf.string `(B,)`.
 
     The export is written into a temporary directory beside `export_dir` and
     renamed into place when complete; on any error nothing is left behind.
 
     Args:
         model: The trained Keras model (its optimizer is not exported).
-        tokenizer: The run's `WordPieceTokenizer`, or None for numeric input.
+        tokenizer: The run's `WordPieceTokenizer`, or None for numeric and
+            image input.
         config: The resolved run configuration, a JSON-serialisable dict.
         export_dir: Target directory.
-        task: "translation", "classification" or "timeseries".
+        task: "translation", "classification", "timeseries" or "image".
         label_names: Class names of a classifier (written to labels.txt).
         overwrite: Replace an existing `export_dir`.
 

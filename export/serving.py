@@ -12,12 +12,34 @@ and the returned dict keys its output keys.
 
 import tensorflow as tf
 
+from export import TASKS
 from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.models import TransformerClassifier, VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
+
+
+def check_task(model, task):
+    """Raises `ValueError` unless `task` is one of `TASKS` and `model` fits it.
+
+    "translation" takes a seq2seq `Transformer` (anything with
+    `decode_step`), "classification" and "timeseries" a
+    `TransformerClassifier`, "image" a `VisionTransformer`.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}; received task={task!r}.")
+    if task == "translation":
+        fits, wanted = hasattr(model, "decode_step"), "a seq2seq Transformer"
+    else:
+        kind = VisionTransformer if task == "image" else TransformerClassifier
+        fits, wanted = isinstance(model, kind), f"a {kind.__name__}"
+    if not fits:
+        raise ValueError(
+            f"task={task!r} needs {wanted}; received model={type(model).__name__}."
+        )
 
 
 def _keep_out_of_object_graph(module, name, value):
@@ -183,12 +205,15 @@ class TranslatorModule(tf.Module):
 
 
 class ClassifierModule(tf.Module):
-    """Class probabilities and label names for strings, token ids or series.
+    """Class probabilities and label names for strings, token ids, series or images.
 
     Token classifiers get `classify(sentences (B,) tf.string)` (tokenized in
     the graph and cut to `max_sequence_length` like the training pipeline)
     and `classify_ids(token_ids (B, S) int32)`; numeric classifiers get
-    `classify_features(features (B, T, F) float32)`. Each returns
+    `classify_features(features (B, T, F) float32)`; a `VisionTransformer`
+    gets `classify_images(images (B, H, W, C) float32)`, H = W = its
+    `image_size` and C its `num_channels` (other shapes are refused when
+    the signature is called). Each returns
     `{"probabilities": (B, K) float32, "labels": (B,) tf.string}`: K is
     `num_classes`, the label the most probable class, or with a single
     sigmoid output `label_names[p > 0.5]`. A sentence without any token
@@ -196,8 +221,9 @@ class ClassifierModule(tf.Module):
     mean pooling is undefined (NaN) over zero tokens.
 
     Args:
-        model: A trained `keras_transformer.models.TransformerClassifier`.
-        tokenizer: Its tokenizer for token input, None for numeric input.
+        model: A trained `keras_transformer.models.TransformerClassifier` or
+            `VisionTransformer`.
+        tokenizer: Its tokenizer for token input, None otherwise.
         label_names: One name per class (two for a single sigmoid output);
             defaults to "0", "1", ...
         name: Module name.
@@ -216,7 +242,8 @@ class ClassifierModule(tf.Module):
                 f"label_names must name {num_names} classes for num_classes="
                 f"{model.num_classes}; received {len(label_names)}: {label_names}."
             )
-        self.token_input = model.vocabulary_size is not None
+        self.image_input = isinstance(model, VisionTransformer)
+        self.token_input = not self.image_input and model.vocabulary_size is not None
         if self.token_input and tokenizer is None:
             raise ValueError(
                 "A token classifier needs its tokenizer; received tokenizer=None."
@@ -225,17 +252,25 @@ class ClassifierModule(tf.Module):
         self.model_weights = _tf_variables(model)
         self.tokenizer = tokenizer if self.token_input else None
         self.label_names = tf.constant(label_names, tf.string)
-        self.max_sequence_length = int(model.max_sequence_length)
         self.num_classes = int(model.num_classes)
-        self.vocabulary_size = model.vocabulary_size
-        self.num_features = model.num_features
-        if self.token_input:
+        if self.image_input:
+            side, channels = int(model.image_size), int(model.num_channels)
+            self.image_shape = [None, side, side, channels]
+            spec = tf.TensorSpec(self.image_shape, tf.float32, name="images")
+            self.classify_images = tf.function(
+                self._classify_images, input_signature=[spec]
+            )
+        elif self.token_input:
+            self.max_sequence_length = int(model.max_sequence_length)
+            self.vocabulary_size = model.vocabulary_size
             ids_spec = tf.TensorSpec([None, None], tf.int32, name="token_ids")
             self.classify = tf.function(self._classify, input_signature=[SENTENCES])
             self.classify_ids = tf.function(
                 self._classify_ids, input_signature=[ids_spec]
             )
         else:
+            self.max_sequence_length = int(model.max_sequence_length)
+            self.num_features = model.num_features
             spec = tf.TensorSpec(
                 [None, None, self.num_features], tf.float32, name="features"
             )
@@ -245,6 +280,8 @@ class ClassifierModule(tf.Module):
 
     def signatures(self):
         """Concrete functions to serve, by signature name (`serving_default` first)."""
+        if self.image_input:
+            return {"serving_default": self.classify_images.get_concrete_function()}
         if not self.token_input:
             return {"serving_default": self.classify_features.get_concrete_function()}
         return {
@@ -275,3 +312,8 @@ class ClassifierModule(tf.Module):
 
     def _classify_features(self, features):
         return self._outputs(features[:, : self.max_sequence_length])
+
+    def _classify_images(self, images):
+        # A loaded signature does not check the input against its TensorSpec:
+        # without this, a wrong size fails deep inside, at the patch reshape.
+        return self._outputs(tf.ensure_shape(images, self.image_shape))

@@ -1,12 +1,13 @@
-"""Convert the classifier and the greedy translator to TFLite (LiteRT).
+"""Convert the classifiers and the greedy translator to TFLite (LiteRT).
 
 Both programs have fully static shapes, fixed when converting:
 
 - classifier: `token_ids` int32 `(batch_size, S)` -> `probabilities`
   `(batch_size, K)` float32 (or `features` float32 `(batch_size, S, F)` for
-  a numeric classifier). Padding id 0 is masked, so shorter inputs are
-  0-padded to S on the device; an all-padding row is read as one `[UNK]`,
-  as in the SavedModel.
+  a numeric classifier, `images` float32 `(batch_size, H, W, C)` for a
+  `VisionTransformer`, H = W = its `image_size`). Padding id 0 is masked, so
+  shorter inputs are 0-padded to S on the device; an all-padding row is read
+  as one `[UNK]`, as in the SavedModel.
 - translator: `encoder_token_ids` int32 `(batch_size, S)` -> `token_ids`
   int32 `(batch_size, L)`: the encoder, then a cached greedy loop with a
   fixed maximum length L = min(S + 50, max_sequence_length). Every tensor in
@@ -42,9 +43,15 @@ from tensorflow.python.framework.convert_to_constants import (
     convert_variables_to_constants_v2,
 )
 
-from export import QUANTIZATIONS, TASKS
+from export import QUANTIZATIONS
 from export.atomic import atomic_write_bytes, check_target
-from export.serving import EXTRA_OUTPUT_LENGTH, fill_empty_rows, replace_invalid_ids
+from export.serving import (
+    EXTRA_OUTPUT_LENGTH,
+    check_task,
+    fill_empty_rows,
+    replace_invalid_ids,
+)
+from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
 
 
@@ -84,21 +91,20 @@ def _convert(function, input_spec, quantize):
     return converter.convert()
 
 
-def classifier_tflite(model, quantize="none", sequence_length=None, batch_size=1):
-    """Converts a `TransformerClassifier` to TFLite bytes.
-
-    Args:
-        model: The trained classifier.
-        quantize: One of `QUANTIZATIONS`.
-        sequence_length: S, the static input length (the model's
-            `max_sequence_length` if None). Numeric series are not masked,
-            so they must have exactly S steps.
-        batch_size: Static batch size.
-
-    Returns:
-        The `.tflite` flatbuffer, with one signature `serving_default`:
-        `token_ids` (or `features`) -> `probabilities`.
-    """
+def _classifier_input(model, sequence_length, batch_size):
+    """(static input spec, ids/features/images -> model input) of a classifier."""
+    if isinstance(model, VisionTransformer):
+        if sequence_length is not None:
+            raise ValueError(
+                "sequence_length does not apply to a VisionTransformer, whose "
+                f"images are {model.image_size}x{model.image_size}; received "
+                f"sequence_length={sequence_length!r}."
+            )
+        side, channels = int(model.image_size), int(model.num_channels)
+        spec = tf.TensorSpec(
+            [batch_size, side, side, channels], tf.float32, name="images"
+        )
+        return spec, tf.identity
     length = int(sequence_length or model.max_sequence_length)
     if model.vocabulary_size is not None:
         spec = tf.TensorSpec([batch_size, length], tf.int32, name="token_ids")
@@ -112,6 +118,30 @@ def classifier_tflite(model, quantize="none", sequence_length=None, batch_size=1
 
         def prepare(inputs):
             return inputs
+
+    return spec, prepare
+
+
+def classifier_tflite(model, quantize="none", sequence_length=None, batch_size=1):
+    """Converts a `TransformerClassifier` or `VisionTransformer` to TFLite bytes.
+
+    Args:
+        model: The trained classifier.
+        quantize: One of `QUANTIZATIONS`.
+        sequence_length: S, the static input length (the model's
+            `max_sequence_length` if None). Numeric series are not masked,
+            so they must have exactly S steps. None for a
+            `VisionTransformer`: its image size is fixed.
+        batch_size: Static batch size.
+
+    Returns:
+        The `.tflite` flatbuffer, with one signature `serving_default`:
+        `token_ids` (or `features`, or `images`) -> `probabilities`.
+
+    Raises:
+        ValueError: If `sequence_length` is given for a `VisionTransformer`.
+    """
+    spec, prepare = _classifier_input(model, sequence_length, batch_size)
 
     @tf.function
     def classify(inputs):
@@ -214,14 +244,15 @@ def export_tflite(
     """Converts `model` for `task` and writes the `.tflite` file atomically.
 
     Args:
-        model: A `Transformer` ("translation") or a `TransformerClassifier`
-            ("classification" / "timeseries").
+        model: A `Transformer` ("translation"), a `TransformerClassifier`
+            ("classification" / "timeseries") or a `VisionTransformer`
+            ("image").
         output_path: Target `.tflite` path.
-        task: "translation", "classification" or "timeseries".
+        task: "translation", "classification", "timeseries" or "image".
         quantize: "none", "float16" or "int8".
         overwrite: Replace an existing file.
         sequence_length: Static source / input length S; the model's
-            `max_sequence_length` if None.
+            `max_sequence_length` if None. Must be None for "image".
         batch_size: Static batch size.
 
     Returns:
@@ -230,10 +261,10 @@ def export_tflite(
     Raises:
         FileExistsError: If `output_path` exists and `overwrite` is False
             (checked before converting).
-        ValueError: On an unknown task or quantization.
+        ValueError: On an unknown task or quantization, a model that does not
+            fit the task, or a `sequence_length` given for "image".
     """
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}; received task={task!r}.")
+    check_task(model, task)
     _check_quantize(quantize)
     check_target(output_path, overwrite)
     if task == "translation":

@@ -42,7 +42,13 @@ def _fit_length(rows, length):
 
 
 def _model_inputs(examples, tokenizer, spec):
-    """Examples -> the `.tflite` input array `(N, S)` or `(N, S, F)`."""
+    """Examples -> the `.tflite` input array `(N, S)`, `(N, S, F)` or `(N, H, W, C)`.
+
+    Images are passed as they are: padding or cutting them would change
+    what they show, and the interpreter rejects a wrong size.
+    """
+    if len(spec["shape"]) == 4:
+        return np.asarray(examples, spec["dtype"])
     length = int(spec["shape"][1])
     if len(examples) and isinstance(examples[0], (str, bytes)):
         if tokenizer is None:
@@ -82,7 +88,8 @@ def verify_tflite(
         tflite_path: The `.tflite` file.
         model: The Keras model it was converted from.
         examples: Strings (tokenized with `tokenizer`, then padded or cut to
-            the file's static length S), or id rows / feature series.
+            the file's static length S), id rows / feature series, or images
+            `(N, H, W, C)` of exactly the file's image size.
         tokenizer: The run's tokenizer, for string examples.
         tolerance: Largest accepted probability difference (classifier);
             `PROBABILITY_TOLERANCE[quantization]` if None.

@@ -6,7 +6,8 @@ TensorFlow's `saved_model_cli run`, whose printed output is parsed. Both are
 compared with the outputs the Keras model computes here, eagerly and without
 the serving module: tokenize -> cut to `max_sequence_length` ->
 `greedy_search` with max length min(S + 50, `max_sequence_length`) ->
-detokenize for a translator; `model.probabilities` for a classifier.
+detokenize for a translator; `model.probabilities` for a classifier (token,
+numeric or image input).
 """
 
 import json
@@ -22,6 +23,7 @@ from export import fresh_process
 from export.saved_model_cli import run_saved_model_cli
 from export.serving import EXTRA_OUTPUT_LENGTH
 from keras_transformer.decoding import greedy_search
+from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 
 PROBES = (
@@ -39,15 +41,19 @@ def probe_examples(tokenizer=None, model=None, num_examples=6, seed=0):
 
     Args:
         tokenizer: The run's tokenizer (word pieces make in-vocabulary text).
-        model: The classifier, for the feature count of numeric input
+        model: The classifier, for the shape of numeric or image input
             (used only when `tokenizer` is None).
-        num_examples: Number of in-vocabulary sentences or series.
+        num_examples: Number of in-vocabulary sentences, series or images.
         seed: Seed of the NumPy generator.
 
     Returns:
-        A list of strings, or a float32 array `(num_examples, T, F)`.
+        A list of strings, a float32 array `(num_examples, T, F)`, or for a
+        `VisionTransformer` float32 images `(num_examples, H, W, C)` in [0, 1).
     """
     rng = np.random.default_rng(seed)
+    if isinstance(model, VisionTransformer):
+        shape = (num_examples, model.image_size, model.image_size, model.num_channels)
+        return rng.random(shape, dtype=np.float32)
     if tokenizer is None:
         length = min(16, int(model.max_sequence_length))
         return rng.standard_normal((num_examples, length, model.num_features)).astype(
@@ -65,10 +71,12 @@ def reference_outputs(model, tokenizer, task, examples, label_names=None):
     """What the export must return for `examples`, computed with Keras here.
 
     Args:
-        model: The Keras `Transformer` or `TransformerClassifier`.
-        tokenizer: Its tokenizer (None for numeric input).
-        task: "translation", "classification" or "timeseries".
-        examples: Strings, or series `(N, T, F)` for numeric input.
+        model: The Keras `Transformer`, `TransformerClassifier` or
+            `VisionTransformer`.
+        tokenizer: Its tokenizer (None for numeric and image input).
+        task: "translation", "classification", "timeseries" or "image".
+        examples: Strings, series `(N, T, F)` for numeric input, or images
+            `(N, H, W, C)`.
         label_names: Class names (default "0", "1", ...).
 
     Returns:
@@ -86,7 +94,9 @@ def reference_outputs(model, tokenizer, task, examples, label_names=None):
             tf.RaggedTensor.from_tensor(tf.convert_to_tensor(tokens))
         )
         return {"translations": np.asarray(text.numpy(), dtype=object)}
-    if tokenizer is not None:
+    if task == "image":
+        inputs = np.asarray(examples, np.float32)
+    elif tokenizer is not None:
         ragged = tokenizer.tokenize(tf.constant(list(examples), tf.string))
         inputs = ragged[:, : int(model.max_sequence_length)].to_tensor(0).numpy()
         inputs = np.pad(inputs, [(0, 0), (0, max(1 - inputs.shape[1], 0))])
@@ -224,8 +234,8 @@ def verify_saved_model(
     Args:
         saved_model_dir: An export of `export.saved_model.export_saved_model`.
         model: The Keras model it was exported from.
-        tokenizer: Its tokenizer (None for numeric input).
-        task: "translation", "classification" or "timeseries".
+        tokenizer: Its tokenizer (None for numeric and image input).
+        task: "translation", "classification", "timeseries" or "image".
         examples: Inputs; `probe_examples(...)` if None.
         label_names: Class names given to the export.
         use_saved_model_cli: Also run `saved_model_cli run` and parse it.
@@ -238,7 +248,10 @@ def verify_saved_model(
     """
     if examples is None:
         examples = probe_examples(tokenizer, model)
-    key = "sentences" if tokenizer is not None else "features"
+    if task == "image":
+        key = "images"
+    else:
+        key = "sentences" if tokenizer is not None else "features"
     inputs = {
         key: np.asarray(list(examples), dtype=object)
         if key == "sentences"

@@ -202,6 +202,17 @@ class VisionTransformer(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.grid_size = grid_size
 
+    def probabilities(self, logits):
+        """Class probabilities `(B, K)` float32 from logits `(B, K)`.
+
+        Sigmoid for a single logit, else softmax, as
+        `TransformerClassifier.probabilities`: the exporters serve both.
+        """
+        logits = ops.cast(logits, "float32")
+        if self.num_classes == 1:
+            return ops.sigmoid(logits)
+        return ops.softmax(logits, axis=-1)
+
     def resized(self, image_size=None, patch_size=None):
         """A copy of this model for another image size and/or patch size.
 
