@@ -31,7 +31,7 @@ KERNEL = "python3"
 SAVED_SIZE = {
     "01_attention": "full",
     "02_text_classification": "full",
-    "03_translation": "small",
+    "03_translation": "full",
     "04_export_serving": "full",
     "05_time_series": "full",
     "06_vision_transformer": "full",
