@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import keras
 import numpy as np
 import pytest
 
@@ -82,6 +83,39 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
         == run.model.get_layer("shared_embedding").vocabulary_size
     )
     np.testing.assert_allclose(run.model(inputs), run.model(inputs))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "precision, jit_compile",
+    [("mixed_float16", False), ("mixed_bfloat16", True)],
+)
+def test_mixed_precision_and_xla_runs_learn(precision, jit_compile, tmp_path, monkeypatch):
+    """Half-precision runs (float16 with dynamic loss scaling) and XLA train and learn."""
+    import training.train as train_module
+
+    compiled = {}
+    build = train_module._build_and_compile
+
+    def spy(*args, **kwargs):
+        model = build(*args, **kwargs)
+        compiled["optimizer"] = model.optimizer
+        compiled["policy"] = model.dtype_policy.name
+        return model
+
+    monkeypatch.setattr(train_module, "_build_and_compile", spy)
+    overrides = FAST + [
+        "eval_sentences=0", "beam_size=1",
+        f"precision={precision}", f"jit_compile={str(jit_compile).lower()}",
+    ]
+    metrics = train(load_config("tiny", overrides), tmp_path / "run", verbose=0)
+    assert compiled["policy"] == precision
+    is_scaled = isinstance(compiled["optimizer"], keras.optimizers.LossScaleOptimizer)
+    assert is_scaled == (precision == "mixed_float16")
+    losses = metrics["history"]["loss"] + [metrics["valid_loss"]]
+    assert np.all(np.isfinite(losses)), losses
+    assert losses[1] < losses[0], losses
+    assert keras.config.dtype_policy().name == "float32"  # restored after the run
 
 
 def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
