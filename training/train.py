@@ -73,9 +73,6 @@ def _datasets(config, data, tokenizer, num_replicas):
                 split[0], split[1], tokenizer, tokenizer, config.max_sequence_length,
                 config.tokens_per_batch, seed=seed, **kw,
             )
-        one_pass = make(data.train, shuffle=True)
-        stream = make(data.train, shuffle=True, repeat=True)
-        valid = make(data.valid, shuffle=False)
     else:
         def make(split, **kw):
             return pipeline.make_classification_dataset(
@@ -83,9 +80,8 @@ def _datasets(config, data, tokenizer, num_replicas):
                 max_sequence_length=config.max_sequence_length,
                 batch_size=config.batch_size, seed=seed, **kw,
             )
-        one_pass = make(data.train, shuffle=True)
-        stream = make(data.train, shuffle=True, repeat=True)
-        valid = make(data.valid, shuffle=False)
+    stream = make(data.train, shuffle=True, repeat=True)
+    valid = make(data.valid, shuffle=False)
     if config.task != "translation":
         # The classifier is a single-input functional model: feed the bare tensor.
         key = "token_ids" if config.task == "classification" else "features"
@@ -95,7 +91,7 @@ def _datasets(config, data, tokenizer, num_replicas):
     # seed from (seed, e)), so a resumed run's fresh iterator over
     # stream.skip(step) yields exactly the batches an uninterrupted run saw.
     # An "epoch" is steps_per_epoch batches of it: the size of one pass.
-    steps = config.steps_per_epoch or _count(one_pass)
+    steps = config.steps_per_epoch or _batches_per_pass(stream, len(data.train[1]))
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
     valid = valid.apply(tf.data.experimental.assert_cardinality(_count(valid)))
@@ -104,6 +100,15 @@ def _datasets(config, data, tokenizer, num_replicas):
 
 def _count(dataset):
     return int(dataset.reduce(0, lambda n, _: n + 1))
+
+
+def _batches_per_pass(stream, num_examples):
+    """Batches in the first pass of `stream` (no batch spans two passes)."""
+    seen = 0
+    for steps, (_, labels) in enumerate(stream, start=1):
+        seen += int(labels.shape[0])
+        if seen >= num_examples:
+            return steps
 
 
 def _build_and_compile(config, tokenizer, data):
