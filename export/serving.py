@@ -80,9 +80,10 @@ def _at_least_one_column(ids):
 def fill_empty_rows(ids):
     """Rows of only padding get one `[UNK]` token at position 0.
 
-    The classifier mean-pools over real tokens, which is 0 / 0 = NaN for a
-    row without any (an empty or whitespace-only sentence); serving reads
-    such a sentence as one unknown word instead.
+    A row without any real token (an empty or whitespace-only sentence)
+    would pool to a zero vector, an input the classifier never saw in
+    training; serving reads such a sentence as one unknown word instead,
+    the same in the SavedModel and in TFLite.
     """
     empty = tf.reduce_all(ids == PAD_ID, axis=1, keepdims=True)  # (B, 1)
     first = tf.range(tf.shape(ids)[1]) == 0  # (S,)
@@ -217,8 +218,7 @@ class ClassifierModule(tf.Module):
     `{"probabilities": (B, K) float32, "labels": (B,) tf.string}`: K is
     `num_classes`, the label the most probable class, or with a single
     sigmoid output `label_names[p > 0.5]`. A sentence without any token
-    (empty, or only whitespace) is read as one `[UNK]`: the model's masked
-    mean pooling is undefined (NaN) over zero tokens.
+    (empty, or only whitespace) is read as one `[UNK]` (`fill_empty_rows`).
 
     Args:
         model: A trained `keras_transformer.models.TransformerClassifier` or

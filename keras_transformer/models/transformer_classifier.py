@@ -23,6 +23,18 @@ from keras_transformer.layers.validation import (
 )
 
 
+def class_probabilities(logits, num_classes):
+    """Float32 class probabilities `(B, K)` from a classifier head's logits.
+
+    Sigmoid for a single logit (binary tasks), softmax over `K >= 2`; the
+    rule every classifier here (and every exporter serving one) shares.
+    """
+    logits = ops.cast(logits, "float32")
+    if num_classes == 1:
+        return ops.sigmoid(logits)
+    return ops.softmax(logits, axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerClassifier(keras.Model):
     """The Transformer encoder, mean-pooled, under a small classification head.
@@ -206,10 +218,7 @@ class TransformerClassifier(keras.Model):
 
     def probabilities(self, logits):
         """Class probabilities from logits: sigmoid for 1 class, else softmax."""
-        logits = ops.cast(logits, "float32")
-        if self.num_classes == 1:
-            return ops.sigmoid(logits)
-        return ops.softmax(logits, axis=-1)
+        return class_probabilities(logits, self.num_classes)
 
     def get_config(self):
         return {

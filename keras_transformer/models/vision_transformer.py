@@ -13,6 +13,7 @@ from keras_transformer.layers.validation import (
     check_positive_int,
     check_rate,
 )
+from keras_transformer.models.transformer_classifier import class_probabilities
 
 
 def resize_patch_kernel(kernel, new_patch_size):
@@ -208,10 +209,7 @@ class VisionTransformer(keras.Model):
         Sigmoid for a single logit, else softmax, as
         `TransformerClassifier.probabilities`: the exporters serve both.
         """
-        logits = ops.cast(logits, "float32")
-        if self.num_classes == 1:
-            return ops.sigmoid(logits)
-        return ops.softmax(logits, axis=-1)
+        return class_probabilities(logits, self.num_classes)
 
     def resized(self, image_size=None, patch_size=None):
         """A copy of this model for another image size and/or patch size.
