@@ -46,8 +46,8 @@ def child(model_kind, length, sizes, steps):
     import keras
     import keras_hub  # noqa: F401  (imported by both, so both pay its RSS)
     import numpy as np
-
     import seq2seq_models
+
     from keras_transformer.models import get_preset
 
     model = seq2seq_models.build(model_kind, sizes, tied=True)
