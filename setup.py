@@ -42,6 +42,9 @@ setup(
             "ipykernel>=6",
             "matplotlib>=3.8",
             "scikit-learn>=1.4",
+            # tests/test_jax_backend.py: the modeling library on Keras' JAX
+            # backend (CPU), in a subprocess.
+            "jax>=0.10,<0.12",
         ],
         "bench": ["keras-hub>=0.32,<0.33"],
     },

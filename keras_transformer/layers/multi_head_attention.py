@@ -7,6 +7,8 @@ from keras import ops
 from keras_transformer.layers.masking import merge_attention_masks
 from keras_transformer.layers.scaled_dot_product_attention import (
     additive_attention,
+    fused_attention_available,
+    fused_dot_product_attention,
     scaled_dot_product_attention,
 )
 from keras_transformer.layers.validation import (
@@ -35,6 +37,11 @@ class MultiHeadAttention(keras.layers.Layer):
     masks on `query`, `value` and `key` are read automatically; the query mask
     is put back on the output.  Masked scores are filled with the float32
     minimum and the softmax runs in float32, so fully masked rows never NaN.
+
+    On the JAX backend, when the weights are not asked for and there is no
+    dropout on them, the heads come from `keras.ops.dot_product_attention`
+    (cuDNN's fused kernel on a GPU in bfloat16/float16); the result is the
+    same function (see `fused_dot_product_attention`).
 
     Args:
         num_heads: h, the number of heads.
@@ -248,7 +255,14 @@ class MultiHeadAttention(keras.layers.Layer):
             return self.dropout_layer(w, training=training)
 
         dropout = dropout_fn if self.dropout > 0 else None
-        if self.scorer == "dot":
+        if (
+            self.scorer == "dot"
+            and dropout is None
+            and not return_attention_scores
+            and fused_attention_available()
+        ):
+            heads = fused_dot_product_attention(q, k, v, mask)  # no weights needed
+        elif self.scorer == "dot":
             heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_fn=dropout)
         else:
             heads, weights = additive_attention(

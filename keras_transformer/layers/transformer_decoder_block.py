@@ -88,6 +88,8 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
                 "`cross_attention_cache`; received neither."
             )
 
+        # Weights only when asked: without them the JAX backend can use a
+        # fused attention kernel that never materialises them.
         def self_attention(x):
             out = self.self_attention(
                 x,
@@ -95,23 +97,28 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
                 query_mask=decoder_sequence_mask,
                 value_mask=decoder_sequence_mask,
                 use_causal_mask=True,
-                return_attention_scores=True,
+                return_attention_scores=return_attention_scores,
                 training=training,
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
             )
-            return out[0], out[1:]
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            weights = out[1] if return_attention_scores else None
+            cache = out[-1] if self_attention_cache is not None else None
+            return out[0], (weights, cache)
 
         def cross_attention(x):
-            return self.cross_attention(
+            out = self.cross_attention(
                 x,
                 encoder_sequence if encoder_sequence is not None else x,
                 query_mask=decoder_sequence_mask,
                 value_mask=encoder_sequence_mask,
-                return_attention_scores=True,
+                return_attention_scores=return_attention_scores,
                 training=training,
                 cache=cross_attention_cache,
-            )[:2]
+            )
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            return out[0], (out[1] if return_attention_scores else None)
 
         def feed_forward(x):
             return self.feed_forward(x, training=training), None

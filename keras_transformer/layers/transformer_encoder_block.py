@@ -121,15 +121,18 @@ class TransformerEncoderBlock(keras.layers.Layer):
         # Sub-layer 1: multi-head self-attention.
         residual = inputs
         x = self.self_attention_norm(inputs) if self.normalize_first else inputs
-        x, weights = self.self_attention(
+        # Weights only when asked: without them the JAX backend can use a
+        # fused attention kernel that never materialises them.
+        x = self.self_attention(
             x,
             x,
             query_mask=mask,
             value_mask=mask,
             attention_mask=attention_mask,
-            return_attention_scores=True,
+            return_attention_scores=return_attention_scores,
             training=training,
         )
+        x, weights = x if return_attention_scores else (x, None)
         x = residual + self.residual_dropout(x, training=training)
         if not self.normalize_first:
             x = self.self_attention_norm(x)

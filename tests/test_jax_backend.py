@@ -1,0 +1,33 @@
+"""The modeling library on the JAX backend (a subprocess: this one runs TF).
+
+`keras_transformer/` is written in `keras.ops` only; tests/jax_backend_check.py
+checks on JAX what would break if it were not (fused vs einsum attention,
+training, cached decoding vs recompute).  JAX is part of the `dev` extra.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+@pytest.mark.slow
+def test_library_runs_and_agrees_on_the_jax_backend():
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("JAX is not installed; `pip install -e '.[dev]'` installs it")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tests" / "jax_backend_check.py")],
+        env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["fused_vs_einsum_max_abs_diff"] < 1e-5
+    first, last = figures["train_loss_first_last"]
+    assert last < 0.5 * first
