@@ -192,6 +192,51 @@ def test_beam_scores_are_full_model_scores_of_every_beam():
         assert len({tuple(t) for t in tokens[row][kept]}) == kept.sum()  # distinct
 
 
+class ReorderEverything:
+    """`model` whose beam search reorders all but `static_cache_entries`."""
+
+    def __init__(self, model, static_cache_entries=()):
+        self.model, self.config = model, model.config
+        self.static_cache_entries = static_cache_entries
+
+    def encode(self, *args, **kwargs):
+        return self.model.encode(*args, **kwargs)
+
+    def init_cache(self, *args):
+        return self.model.init_cache(*args)
+
+    def decode_step(self, *args):
+        return self.model.decode_step(*args)
+
+
+def test_beam_skips_reordering_only_static_cache_entries():
+    # Transformer skips the cross keys/values and source mask: identical across
+    # a sentence's beams, so the result must be that of reordering everything.
+    model = tiny_model()
+    assert set(model.static_cache_entries) == {
+        "cross_key", "cross_value", "encoder_padding_mask"
+    }
+    source = np.array([[5, 6, 7, 8, 9, 10], [4, 11, 12, 0, 0, 0]], "int32")
+
+    def search(model):
+        tokens, scores = beam_search(
+            model, source, beam_size=4, max_length=7, return_all_beams=True
+        )
+        return np.asarray(tokens), np.asarray(scores)
+
+    tokens, scores = search(model)
+    all_tokens, all_scores = search(ReorderEverything(model))
+    np.testing.assert_array_equal(tokens, all_tokens)
+    np.testing.assert_array_equal(scores, all_scores)
+    # The test can see a mistake: skipping the written self-attention cache
+    # (beams would read another beam's past) changes the result.
+    wrong = ReorderEverything(model, (*model.static_cache_entries, "self_key", "self_value"))
+    wrong_tokens, wrong_scores = search(wrong)
+    assert not (
+        np.array_equal(wrong_tokens, tokens) and np.array_equal(wrong_scores, scores)
+    )
+
+
 def test_beam_finds_the_sequence_greedy_misses():
     model = MarkovModel(TRAP)
     source = np.array([[A, 1], [B, 1]], "int32")

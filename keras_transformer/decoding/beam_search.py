@@ -26,6 +26,25 @@ def _gather_beams(x, beam_indices):
     return ops.take_along_axis(x, ops.expand_dims(beam_indices, -1), axis=1)
 
 
+def _reorder_cache(cache, rows, static_entries):
+    """Rows `rows` of every cache entry, except the dict entries named static.
+
+    A static entry (one `decode_step` never writes) is the same for every beam
+    of a sentence, and `rows` only ever point to beams of the same sentence,
+    so gathering it would copy it unchanged.
+    """
+
+    def reorder(entry):
+        return keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), entry)
+
+    if not isinstance(cache, dict):
+        return reorder(cache)
+    return {
+        name: entry if name in static_entries else reorder(entry)
+        for name, entry in cache.items()
+    }
+
+
 def beam_search(
     model,
     encoder_token_ids,
@@ -54,7 +73,10 @@ def beam_search(
 
     Beams are flattened into the batch axis (`B * beam_size` rows) for
     `model.decode_step`; the key/value cache is tiled once and reordered every
-    step to follow its beams.  The single `keras.ops.while_loop` stops at
+    step to follow its beams, except the entries named in the model's
+    optional `static_cache_entries` (the cross-attention keys/values and the
+    source mask for a `Transformer`), which are the same for every beam of a
+    sentence.  The single `keras.ops.while_loop` stops at
     `max_length`, or earlier once no alive beam can beat the best finished
     hypothesis (the worst kept one with `return_all_beams`): log P only falls
     as a hypothesis grows, so an alive beam can score at most its log P over
@@ -70,7 +92,11 @@ def beam_search(
 
     Args:
         model: a `keras_transformer.models.Transformer`, or any object with
-            its `encode`, `init_cache` and `decode_step` methods.
+            its `encode`, `init_cache` and `decode_step` methods.  If its cache
+            is a dict, an optional `static_cache_entries` attribute names the
+            entries `decode_step` never writes (identical across the beams of
+            a sentence), which are then not reordered; by default every entry
+            is.
         encoder_token_ids: `(B, S)` int source ids, padded with `pad_id`.
         beam_size: alive and finished hypotheses kept per sentence (4).
         length_penalty: GNMT's alpha (0.6); 0 ranks by log-probability alone,
@@ -111,6 +137,7 @@ def beam_search(
     cache = model.init_cache(encoder_token_ids, encoder_output, max_length)
     # Row b * k + j of every entry is beam j of sentence b: (B * k, ...).
     cache = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), cache)
+    static_entries = frozenset(getattr(model, "static_cache_entries", ()))
 
     def cond(state):
         index = state["index"]
@@ -144,7 +171,7 @@ def beam_search(
         alive_candidates = ops.where(ends, NEG_INF, top_log_probs)
         alive_log_probs, keep = ops.top_k(alive_candidates, k)  # (B, k)
         rows = _flat_beam_indices(ops.take_along_axis(top_beams, keep, axis=1), k)
-        cache = keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), cache)
+        cache = _reorder_cache(cache, rows, static_entries)
 
         # Extensions that end inside the beam (the top k) join the finished
         # set, ranked by penalised score; those ranked k+1..2k fell off it.

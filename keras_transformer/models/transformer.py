@@ -154,6 +154,11 @@ class Transformer(keras.Model):
             x = self.output_projection(x)  # (B, T, V)
         return self.logits_cast(x)
 
+    #: Cache entries that `decode_step` never writes: computed once from the
+    #: encoder by `init_cache`, so identical across the beams of a sentence.
+    #: Beam search tiles them but need not reorder them every step.
+    static_cache_entries = ("cross_key", "cross_value", "encoder_padding_mask")
+
     def init_cache(self, encoder_token_ids, encoder_output, max_length):
         """Key/value cache for decoding up to `max_length` target positions.
 
