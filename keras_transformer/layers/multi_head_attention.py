@@ -20,6 +20,25 @@ from keras_transformer.layers.validation import (
 SCORERS = ("dot", "additive")
 
 
+def _write_cache(cache, new, index):
+    """`cache` `(B, S_max, h, d)` with `new` `(B, T, h, d)` written at `index`.
+
+    One position (a decoding step) is written with a scatter, which the
+    TensorFlow runtime can do in place inside a `while_loop`; `slice_update`
+    there copies the whole cache every step, a cost that grows with
+    `S_max` (decoding 128 tokens paid it 128 times).  Several positions (a
+    prompt) go through `slice_update`.
+    """
+    new = ops.cast(new, cache.dtype)
+    if new.shape[1] != 1:
+        return ops.slice_update(cache, [0, index, 0, 0], new)
+    batch = ops.shape(cache)[0]
+    rows = ops.arange(batch, dtype="int32")  # (B,)
+    positions = ops.full((batch,), ops.cast(index, "int32"), "int32")  # (B,)
+    indices = ops.stack([rows, positions], axis=1)  # (B, 2)
+    return ops.scatter_update(cache, indices, new[:, 0])
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with masks and a key/value cache.
@@ -241,9 +260,8 @@ class MultiHeadAttention(keras.layers.Layer):
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
             k_cache, v_cache = cache
-            start = [0, cache_update_index, 0, 0]
-            k = ops.slice_update(k_cache, start, ops.cast(k, k_cache.dtype))  # (B, S_max, h, d_k)
-            v = ops.slice_update(v_cache, start, ops.cast(v, v_cache.dtype))  # (B, S_max, h, d_v)
+            k = _write_cache(k_cache, k, cache_update_index)  # (B, S_max, h, d_k)
+            v = _write_cache(v_cache, v, cache_update_index)  # (B, S_max, h, d_v)
             cache = (k, v)
             causal_offset = cache_update_index
             key_mask = None  # cache slots past the causal frontier are masked causally
