@@ -120,6 +120,40 @@ def test_attention_puts_query_mask_back_on_output():
     np.testing.assert_allclose(pooled_long, pooled_short, atol=1e-6)
 
 
+@pytest.mark.parametrize("scorer", ["dot", "additive"])
+def test_attention_cache_equals_full_causal_pass(scorer, rng):
+    """A head-major `(B, h, S_max, d)` cache, filled by a 2-token prompt and
+    then one token per call, gives the outputs of one causal pass over the
+    whole sequence; a precomputed cross cache gives the uncached cross
+    output.  Breaks if a write lands at the wrong position, head or layout."""
+    heads, width = 2, D // 2
+    layer = MultiHeadAttention(num_heads=heads, scorer=scorer)
+    x = _float(rng, B, T, D)
+    full = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    cache = (np.zeros((B, heads, T, width), "float32"),) * 2
+    out, cache = layer(
+        x[:, :2], x[:, :2], use_causal_mask=True, cache=cache, cache_update_index=0
+    )
+    outputs = [ops.convert_to_numpy(out)]
+    for i in range(2, T):
+        out, cache = layer(
+            x[:, i : i + 1], x[:, i : i + 1], use_causal_mask=True,
+            cache=cache, cache_update_index=i,
+        )
+        outputs.append(ops.convert_to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
+    # The written cache is the head-major projection of the whole sequence.
+    key, value = layer.project_key_value(x, heads_first=True)
+    np.testing.assert_allclose(cache[0], key, atol=1e-5)
+    np.testing.assert_allclose(cache[1], value, atol=1e-5)
+
+    memory = _float(rng, B, S, D)
+    cross_cache = layer.project_key_value(memory, heads_first=True)
+    assert tuple(cross_cache[0].shape) == (B, heads, S, width)
+    cached_cross, _ = layer(x, None, cache=cross_cache)
+    np.testing.assert_allclose(cached_cross, layer(x, memory), atol=1e-5)
+
+
 def test_sinusoidal_position_encoding(tmp_path, rng):
     """Output is the sinusoid table broadcast over the batch, input values ignored."""
     x = _float(rng, B, T, D)

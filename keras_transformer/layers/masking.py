@@ -33,6 +33,7 @@ def merge_attention_masks(
     attention_mask=None,
     use_causal_mask=False,
     causal_offset=0,
+    key_length=None,
 ):
     """AND every given mask into one boolean `(B, T, S)` mask, or `None`.
 
@@ -44,8 +45,12 @@ def merge_attention_masks(
         attention_mask: optional `(B, T, S)` or `(T, S)` explicit mask.
         use_causal_mask: forbid attention to later positions.
         causal_offset: position of the first query among the keys.
+        key_length: S, when `key` does not hold it on axis 1 (a head-major
+            `(B, h, S, d)` cache).
     """
     mask = None
+    if key_length is None:
+        key_length = ops.shape(key)[1]
 
     def _and(a, b):
         return b if a is None else ops.logical_and(a, b)
@@ -55,7 +60,7 @@ def merge_attention_masks(
     if key_mask is not None:
         mask = _and(mask, ops.expand_dims(ops.cast(key_mask, "bool"), -2))  # (B, 1, S)
     if use_causal_mask:
-        causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], causal_offset)
+        causal = causal_mask(ops.shape(query)[1], key_length, causal_offset)
         mask = _and(mask, ops.expand_dims(causal, 0))  # (1, T, S)
     if attention_mask is not None:
         attention_mask = ops.cast(attention_mask, "bool")
@@ -66,5 +71,5 @@ def merge_attention_masks(
         return None
     batch = ops.shape(query)[0]
     return ops.broadcast_to(
-        mask, (batch, ops.shape(query)[1], ops.shape(key)[1])
+        mask, (batch, ops.shape(query)[1], key_length)
     )  # (B, T, S)

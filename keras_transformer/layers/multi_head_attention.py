@@ -21,22 +21,27 @@ SCORERS = ("dot", "additive")
 
 
 def _write_cache(cache, new, index):
-    """`cache` `(B, S_max, h, d)` with `new` `(B, T, h, d)` written at `index`.
+    """Head-major `cache` `(B, h, S_max, d)` with `new` `(B, T, h, d)` at `index`.
 
     One position (a decoding step) is written with a scatter, which the
     TensorFlow runtime can do in place inside a `while_loop`; `slice_update`
-    there copies the whole cache every step, a cost that grows with
-    `S_max` (decoding 128 tokens paid it 128 times).  Several positions (a
-    prompt) go through `slice_update`.
+    there copies the whole cache every step, a cost that grows with `S_max`.
+    Several positions (a prompt) go through `slice_update`.
     """
-    new = ops.cast(new, cache.dtype)
-    if new.shape[1] != 1:
-        return ops.slice_update(cache, [0, index, 0, 0], new)
-    batch = ops.shape(cache)[0]
-    rows = ops.arange(batch, dtype="int32")  # (B,)
-    positions = ops.full((batch,), ops.cast(index, "int32"), "int32")  # (B,)
-    indices = ops.stack([rows, positions], axis=1)  # (B, 2)
-    return ops.scatter_update(cache, indices, new[:, 0])
+    new = ops.transpose(ops.cast(new, cache.dtype), (0, 2, 1, 3))  # (B, h, T, d)
+    if new.shape[2] != 1:
+        return ops.slice_update(cache, [0, 0, index, 0], new)
+    heads, width = cache.shape[1], cache.shape[3]
+    flat = ops.arange(ops.shape(cache)[0] * heads, dtype="int32")  # (B * h,)
+    indices = ops.stack(
+        [
+            ops.floor_divide(flat, heads),  # batch row
+            ops.mod(flat, heads),  # head
+            ops.full(ops.shape(flat), ops.cast(index, "int32"), "int32"),  # position
+        ],
+        axis=1,
+    )  # (B * h, 3)
+    return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -84,10 +89,12 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: forbid attending to later positions.
         return_attention_scores: also return the weights `(B, h, T, S)`.
         training: enables dropout.
-        cache: a `(key, value)` pair of projected tensors `(B, S_max, h, d)`.
-            With `cache_update_index`, the new keys/values are written at that
-            position (self-attention decoding); without it, the cache is used
-            as the projected keys/values (precomputed cross-attention).
+        cache: a `(key, value)` pair of projected tensors, head-major
+            `(B, h, S_max, d)` (the layout the attention matmuls read without
+            a transpose).  With `cache_update_index`, the new keys/values are
+            written at that position (self-attention decoding); without it,
+            the cache is used as the projected keys/values (precomputed
+            cross-attention, see `project_key_value(..., heads_first=True)`).
         cache_update_index: position of the first query in the cache.
 
     Returns:
@@ -205,8 +212,15 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = None if self.qkv_bias is None else self.qkv_bias[:, :dk]
         return self._project(query, self.qkv_kernel[:, :, :dk], bias)
 
-    def project_key_value(self, value, key=None):
-        """(K W^K, V W^V): each `(B, S, h, d)`; precomputes a cross cache."""
+    def project_key_value(self, value, key=None, heads_first=False):
+        """(K W^K, V W^V): each `(B, S, h, d)`; precomputes a cross cache.
+
+        With `heads_first`, each is returned head-major `(B, h, S, d)`, the
+        layout of a `cache`.
+        """
+        if heads_first:
+            k, v = self.project_key_value(value, key)
+            return ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
         key = value if key is None else key
         if not self._fused:
             return (
@@ -255,18 +269,20 @@ class MultiHeadAttention(keras.layers.Layer):
         causal_offset = 0
         if cache is not None and cache_update_index is None:
             q = self.project_query(query)
-            k, v = cache  # precomputed (B, S, h, d_k), (B, S, h, d_v)
+            k, v = cache  # precomputed (B, h, S, d_k), (B, h, S, d_v)
         else:
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
             k_cache, v_cache = cache
-            k = _write_cache(k_cache, k, cache_update_index)  # (B, S_max, h, d_k)
-            v = _write_cache(v_cache, v, cache_update_index)  # (B, S_max, h, d_v)
+            k = _write_cache(k_cache, k, cache_update_index)  # (B, h, S_max, d_k)
+            v = _write_cache(v_cache, v, cache_update_index)  # (B, h, S_max, d_v)
             cache = (k, v)
             causal_offset = cache_update_index
             key_mask = None  # cache slots past the causal frontier are masked causally
+        heads_first = cache is not None  # k, v: (B, h, S, d)
         mask = merge_attention_masks(
-            q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset
+            q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset,
+            key_length=ops.shape(k)[2] if heads_first else None,
         )
 
         def dropout_fn(w):
@@ -277,12 +293,17 @@ class MultiHeadAttention(keras.layers.Layer):
             self.scorer == "dot"
             and dropout is None
             and not return_attention_scores
+            and not heads_first
             and fused_attention_available()
         ):
             heads = fused_dot_product_attention(q, k, v, mask)  # no weights needed
         elif self.scorer == "dot":
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_fn=dropout)
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout_fn=dropout, heads_first=heads_first
+            )
         else:
+            if heads_first:
+                k, v = ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
             heads, weights = additive_attention(
                 q, k, v, self.score_weight, mask, dropout_fn=dropout
             )

@@ -25,18 +25,21 @@ def masked_softmax(scores, mask=None, axis=-1):
 
 
 def scaled_dot_product_attention(
-    query, key, value, mask=None, scale=None, dropout_fn=None
+    query, key, value, mask=None, scale=None, dropout_fn=None, heads_first=False
 ):
     """softmax(Q K^T / sqrt(d_k)) V over heads.
 
     Args:
         query: `(B, T, H, d_k)`.
-        key: `(B, S, H, d_k)`.
-        value: `(B, S, H, d_v)`.
+        key: `(B, S, H, d_k)`, or `(B, H, S, d_k)` with `heads_first`.
+        value: `(B, S, H, d_v)`, or `(B, H, S, d_v)` with `heads_first`.
         mask: optional boolean `(B, T, S)` (broadcast over heads) or
             `(B, H, T, S)`; `True` where attention is allowed.
         scale: multiplier of the scores, `1 / sqrt(d_k)` by default.
         dropout_fn: optional callable applied to the attention weights.
+        heads_first: keys and values are head-major, the layout the batched
+            matmuls read without a transpose (a decoding cache, read every
+            step: transposing it each time cost more than the matmuls).
 
     Returns:
         `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
@@ -45,13 +48,14 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(query.shape[-1])
     # Scale the queries, not the scores: T*d_k multiplies instead of T*S.
     query = ops.multiply(query, ops.cast(scale, query.dtype))
-    scores = ops.einsum("bthd,bshd->bhts", query, key)  # (B, H, T, S)
+    key_spec = "bhsd" if heads_first else "bshd"
+    scores = ops.einsum(f"bthd,{key_spec}->bhts", query, key)  # (B, H, T, S)
     if mask is not None and len(mask.shape) == 3:
         mask = ops.expand_dims(mask, 1)  # (B, 1, T, S)
     weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
     dropped = weights if dropout_fn is None else dropout_fn(weights)
     output = ops.einsum(
-        "bhts,bshd->bthd", ops.cast(dropped, value.dtype), value
+        f"bhts,{key_spec}->bthd", ops.cast(dropped, value.dtype), value
     )  # (B, T, H, d_v)
     return output, weights
 

@@ -27,7 +27,7 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
         encoder_sequence: `(B, S, d_model)`; may be None when
             `cross_attention_cache` holds its projected keys/values.
         decoder_sequence_mask / encoder_sequence_mask: padding masks.
-        self_attention_cache: `(key, value)` pair `(B, T_max, h, d)`.
+        self_attention_cache: `(key, value)` pair `(B, h, T_max, d)`.
         self_attention_cache_update_index: position of `decoder_sequence[:, 0]`.
         cross_attention_cache: precomputed `(key, value)` of the encoder output.
         training: enables dropout.

@@ -177,13 +177,15 @@ class Transformer(keras.Model):
                                 ("self_value", attention._head_value_dim)):
                 cache[name].append(
                     ops.zeros(
-                        (batch, max_length, self.config.num_heads, width),
+                        (batch, self.config.num_heads, max_length, width),
                         dtype=self.compute_dtype,
                     )
-                )  # (B, T_max, h, d)
-            key, value = block.cross_attention.project_key_value(encoder_output)
-            cache["cross_key"].append(key)  # (B, S, h, d_k)
-            cache["cross_value"].append(value)  # (B, S, h, d_v)
+                )  # (B, h, T_max, d): head-major, read without a transpose
+            key, value = block.cross_attention.project_key_value(
+                encoder_output, heads_first=True
+            )
+            cache["cross_key"].append(key)  # (B, h, S, d_k)
+            cache["cross_value"].append(value)  # (B, h, S, d_v)
         return cache
 
     def decode_step(self, token_ids, cache, index):
