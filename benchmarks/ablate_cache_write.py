@@ -20,8 +20,12 @@ from keras_transformer.models import Transformer
 
 
 def slice_write(cache, new, index):
-    """The write before: `slice_update` (a whole-cache copy per step in TF graphs)."""
-    return ops.slice_update(cache, [0, index, 0, 0], ops.cast(new, cache.dtype))
+    """The write before: `slice_update` (a whole-cache copy per step in TF graphs).
+
+    Into the head-major `(B, h, S_max, d)` cache, as the shipped write.
+    """
+    new = ops.transpose(ops.cast(new, cache.dtype), (0, 2, 1, 3))  # (B, h, T, d)
+    return ops.slice_update(cache, [0, 0, index, 0], new)
 
 
 def main():
