@@ -231,7 +231,8 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = None if self.qkv_bias is None else self.qkv_bias[:, dk:]
         if key is value:
             kv = self._project(value, self.qkv_kernel[:, :, dk:], bias)  # (B, S, h, dk+dv)
-            return kv[..., :dk], kv[..., dk:]
+            k, v = ops.split(kv, [dk], axis=-1)  # a split, not slices (see _project_all)
+            return k, v
         k_bias = None if bias is None else bias[:, :dk]
         v_bias = None if bias is None else bias[:, dk:]
         return (
@@ -243,7 +244,11 @@ class MultiHeadAttention(keras.layers.Layer):
         if self._fused and query is value and key is value:
             qkv = self._project(query, self.qkv_kernel, self.qkv_bias)  # (B, T, h, 2dk+dv)
             dk = self._head_key_dim
-            return qkv[..., :dk], qkv[..., dk : 2 * dk], qkv[..., 2 * dk :]
+            # One split, not three slices: in a TF graph the gradient of each
+            # slice writes a zero-padded full-size tensor that is then summed;
+            # the split's gradient is one concatenation.
+            q, k, v = ops.split(qkv, [dk, 2 * dk], axis=-1)
+            return q, k, v
         k, v = self.project_key_value(value, key)
         return self.project_query(query), k, v
 
