@@ -17,11 +17,14 @@ def masked_softmax(scores, mask=None, axis=-1):
     scores = ops.cast(scores, "float32")
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(-3.4028234663852886e38, "float32"))
-    # exp / sum by hand: ops.softmax warns on a length-1 axis (one key, the
-    # first decoding step), which is a valid case here.
-    scores = scores - ops.max(scores, axis=axis, keepdims=True)
-    exp = ops.exp(scores)
-    return exp / ops.sum(exp, axis=axis, keepdims=True)
+    if scores.shape[axis] == 1:
+        # One key (the first decoding step): its weight is 1, masked or not.
+        # ops.softmax would say the same but warn that the axis has length 1.
+        return ops.ones_like(scores)
+    # The backend's fused softmax: one kernel forward and one backward (a
+    # softmax written out as max, exp, sum and divide costs seven more ops in
+    # a TF graph's gradient); it subtracts the row maximum itself.
+    return ops.softmax(scores, axis=axis)
 
 
 def scaled_dot_product_attention(
