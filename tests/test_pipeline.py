@@ -257,3 +257,43 @@ def test_padding_fraction_counts_zero_ids_in_integer_features():
     dataset = tf.data.Dataset.from_tensors((features, tf.constant([0, 1]))).repeat(3)
     assert padding_fraction(dataset) == pytest.approx(0.25)
     assert padding_fraction(dataset, max_batches=1) == pytest.approx(0.25)
+
+
+def test_fit_on_bucketed_batches_traces_the_train_step_once(toy):
+    """Batches of many shapes (bucketing) go through one traced train step:
+    the pipeline's spec leaves batch and length open, so `fit` neither
+    retraces per bucket nor per epoch."""
+    import keras
+
+    from keras_transformer.models import Transformer
+
+    one_pass = _translation(toy)
+    shapes = [tuple(f["decoder_token_ids"].shape) for f, _ in one_pass]
+    dataset = _translation(toy, repeat=True)  # as train.py streams it
+    assert len(set(shapes)) >= 3, shapes  # otherwise the test proves nothing
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(
+        "tiny", vocabulary_size=150, num_layers=1, hidden_dim=16, num_heads=2,
+        intermediate_dim=16, max_sequence_length=MAX_LENGTH + 2,
+    )
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    traces = []
+    step = model.train_step
+
+    def counting_step(data):
+        traces.append(1)  # Python runs once per trace
+        return step(data)
+
+    model.train_step = counting_step
+    fit = dict(steps_per_epoch=len(shapes), verbose=0, shuffle=False)
+    history = model.fit(dataset, epochs=1, **fit)
+    # A first call may trace twice (tf.function's variable-creation pass);
+    # a step specialised to batch shapes would trace once per new shape.
+    first = len(traces)
+    assert first <= 2, f"{first} traces for {len(set(shapes))} batch shapes"
+    history = model.fit(dataset, epochs=2, **fit)
+    assert len(traces) == first, "fit retraced the train step in later epochs"
+    assert np.all(np.isfinite(history.history["loss"]))
