@@ -28,9 +28,11 @@ def _write_cache(cache, new, index):
     there copies the whole cache every step, a cost that grows with `S_max`.
     Several positions (a prompt) go through `slice_update`.
     """
-    new = ops.transpose(ops.cast(new, cache.dtype), (0, 2, 1, 3))  # (B, h, T, d)
-    if new.shape[2] != 1:
-        return ops.slice_update(cache, [0, 0, index, 0], new)
+    new = ops.cast(new, cache.dtype)
+    if new.shape[1] != 1:
+        return ops.slice_update(
+            cache, [0, 0, index, 0], ops.transpose(new, (0, 2, 1, 3))
+        )  # (B, h, T, d) at positions index..index+T-1
     heads, width = cache.shape[1], cache.shape[3]
     flat = ops.arange(ops.shape(cache)[0] * heads, dtype="int32")  # (B * h,)
     indices = ops.stack(
@@ -41,6 +43,7 @@ def _write_cache(cache, new, index):
         ],
         axis=1,
     )  # (B * h, 3)
+    # (B, 1, h, d) -> (B * h, d): row b * h + head, as `indices`; no transpose.
     return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
 
 
