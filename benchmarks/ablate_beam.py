@@ -1,4 +1,4 @@
-"""Where batch beam search's time goes beyond greedy's: the cache reorder.
+"""Where batch beam search's time goes beyond greedy's: rows, search, cache reorder.
 
 Same model and 32 sentences as `bench_decoding.py` (64 new tokens, end never
 emitted), interleaved rounds in one process, graph mode and XLA:
@@ -7,7 +7,7 @@ emitted), interleaved rounds in one process, graph mode and XLA:
     greedy_rows4  `greedy_search` on each sentence 4 times over: the 128
                   rows of a beam-4 step, without any of the search's work.
     beam4         `beam_search`, beam 4: 128 rows per step, plus the
-                  log-softmax, two top-k and the reorder of every written
+                  log-softmax, three top-k and the reorder of every written
                   cache entry (`take` of the self-attention keys/values).
     beam4_keep    the same search with the reorder skipped (the cache no
                   longer follows its beams, so its translations are WRONG:

@@ -2,10 +2,12 @@
 
 import warnings
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.models import Transformer
 from training.pipeline import (
     TruncationWarning,
     bucket_boundaries,
@@ -263,10 +265,6 @@ def test_fit_on_bucketed_batches_traces_the_train_step_once(toy):
     """Batches of many shapes (bucketing) go through one traced train step:
     the pipeline's spec leaves batch and length open, so `fit` neither
     retraces per bucket nor per epoch."""
-    import keras
-
-    from keras_transformer.models import Transformer
-
     one_pass = _translation(toy)
     shapes = [tuple(f["decoder_token_ids"].shape) for f, _ in one_pass]
     dataset = _translation(toy, repeat=True)  # as train.py streams it
@@ -289,7 +287,7 @@ def test_fit_on_bucketed_batches_traces_the_train_step_once(toy):
 
     model.train_step = counting_step
     fit = dict(steps_per_epoch=len(shapes), verbose=0, shuffle=False)
-    history = model.fit(dataset, epochs=1, **fit)
+    model.fit(dataset, epochs=1, **fit)
     # A first call may trace twice (tf.function's variable-creation pass);
     # a step specialised to batch shapes would trace once per new shape.
     first = len(traces)
