@@ -154,6 +154,54 @@ def test_attention_cache_equals_full_causal_pass(scorer, rng):
     np.testing.assert_allclose(cached_cross, layer(x, memory), atol=1e-5)
 
 
+@pytest.mark.parametrize("scorer", ["dot", "additive"])
+def test_precomputed_cache_is_shared_by_groups_of_query_rows(scorer, rng):
+    """Query rows `g * b` .. `g * b + g - 1` against row `b` of a precomputed
+    cache (a sentence's beams against its encoder output) give the outputs,
+    weights and masking of the cache tiled `g` times.  Breaks if the rows are
+    grouped in the wrong order (beam-major instead of sentence-major)."""
+    groups, heads = 3, 2
+    layer = MultiHeadAttention(num_heads=heads, scorer=scorer)
+    memory = _float(rng, B, S, D)
+    memory_mask = np.arange(S)[None, :] < np.array([[S], [S - 2]])  # (B, S)
+    query = _float(rng, B * groups, 2, D)
+    query_mask = np.array([[True, True], [True, False]] * 3)  # (B * g, 2)
+    uncached = layer(
+        query, np.repeat(memory, groups, axis=0), query_mask=query_mask,
+        value_mask=np.repeat(memory_mask, groups, axis=0),
+    )
+    cache = layer.project_key_value(memory, heads_first=True)  # (B, h, S, d)
+    tiled = tuple(np.repeat(ops.convert_to_numpy(c), groups, axis=0) for c in cache)
+    kwargs = dict(query_mask=query_mask, return_attention_scores=True)
+    shared, shared_weights, _ = layer(
+        query, None, value_mask=memory_mask, cache=cache, **kwargs
+    )
+    expected, expected_weights, _ = layer(
+        query, None, value_mask=np.repeat(memory_mask, groups, axis=0),
+        cache=tiled, **kwargs
+    )
+    assert tuple(shared.shape) == (B * groups, 2, D)
+    assert tuple(shared_weights.shape) == (B * groups, heads, 2, S)
+    np.testing.assert_allclose(shared, expected, atol=1e-5)
+    np.testing.assert_allclose(shared, uncached, atol=1e-5)
+    np.testing.assert_allclose(shared_weights, expected_weights, atol=1e-6)
+    # The second sentence's padded source positions get no weight (from a
+    # real query; a fully masked query row spreads its weight evenly).
+    weights = ops.convert_to_numpy(shared_weights)
+    np.testing.assert_array_equal(weights[groups:, :, 0, -2:], 0)
+    assert (weights[:groups, :, 0, -2:] > 0).all()
+    # An explicit (B_q, T, S) mask is grouped with its query rows too.
+    attention_mask = rng.random((B * groups, 2, S)) < 0.7
+    attention_mask[..., 0] = True
+    np.testing.assert_allclose(
+        layer(query, None, attention_mask=attention_mask, cache=cache)[0],
+        layer(query, None, attention_mask=attention_mask, cache=tiled)[0],
+        atol=1e-5,
+    )
+    with pytest.raises(ValueError, match="query batch 5 and cache batch 2"):
+        layer(query[:5], None, cache=cache)
+
+
 def test_sinusoidal_position_encoding(tmp_path, rng):
     """Output is the sinusoid table broadcast over the batch, input values ignored."""
     x = _float(rng, B, T, D)

@@ -26,6 +26,24 @@ def _gather_beams(x, beam_indices):
     return ops.take_along_axis(x, ops.expand_dims(beam_indices, -1), axis=1)
 
 
+def _tile_cache(cache, beams, static_entries):
+    """Every cache entry repeated `beams` times on axis 0, but the static ones.
+
+    A static entry stays one row per sentence: `decode_step` reads it for
+    all the sentence's beams at once, so it is neither copied nor reordered.
+    """
+
+    def tile(entry):
+        return keras.tree.map_structure(lambda t: ops.repeat(t, beams, axis=0), entry)
+
+    if not isinstance(cache, dict):
+        return tile(cache)
+    return {
+        name: entry if name in static_entries else tile(entry)
+        for name, entry in cache.items()
+    }
+
+
 def _reorder_cache(cache, rows, static_entries):
     """Rows `rows` of every cache entry, except the dict entries named static.
 
@@ -76,7 +94,9 @@ def beam_search(
     step to follow its beams, except the entries named in the model's
     optional `static_cache_entries` (the cross-attention keys/values and the
     source mask for a `Transformer`), which are the same for every beam of a
-    sentence.  The single `keras.ops.while_loop` stops at
+    sentence: they keep one row per sentence, and each step's cross-attention
+    reads a sentence's keys/values once for all its beams.  The single
+    `keras.ops.while_loop` stops at
     `max_length`, or earlier once no alive beam can beat the best finished
     hypothesis (the worst kept one with `return_all_beams`): log P only falls
     as a hypothesis grows, so an alive beam can score at most its log P over
@@ -95,8 +115,10 @@ def beam_search(
             its `encode`, `init_cache` and `decode_step` methods.  If its cache
             is a dict, an optional `static_cache_entries` attribute names the
             entries `decode_step` never writes (identical across the beams of
-            a sentence), which are then not reordered; by default every entry
-            is.
+            a sentence), which are then neither tiled nor reordered:
+            `decode_step` gets them with `B` rows and its token ids with
+            `B * beam_size` (beam `j` of sentence `b` at row `b * beam_size +
+            j`).  By default every entry is tiled and reordered.
         encoder_token_ids: `(B, S)` int source ids, padded with `pad_id`.
         beam_size: alive and finished hypotheses kept per sentence (4).
         length_penalty: GNMT's alpha (0.6); 0 ranks by log-probability alone,
@@ -135,9 +157,9 @@ def beam_search(
     batch = ops.shape(encoder_token_ids)[0]
     encoder_output = model.encode(encoder_token_ids, training=False)  # (B, S, d)
     cache = model.init_cache(encoder_token_ids, encoder_output, max_length)
-    # Row b * k + j of every entry is beam j of sentence b: (B * k, ...).
-    cache = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), cache)
     static_entries = frozenset(getattr(model, "static_cache_entries", ()))
+    # Row b * k + j of every other entry is beam j of sentence b: (B * k, ...).
+    cache = _tile_cache(cache, k, static_entries)
 
     def cond(state):
         index = state["index"]

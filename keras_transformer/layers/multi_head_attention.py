@@ -47,6 +47,29 @@ def _write_cache(cache, new, index):
     return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
 
 
+def _check_query_groups(query_rows, cache_rows):
+    """`query_rows`, after checking it is a multiple of `cache_rows` where static."""
+    if (
+        isinstance(query_rows, int)
+        and isinstance(cache_rows, int)
+        and (query_rows % cache_rows if cache_rows else query_rows)
+    ):
+        raise ValueError(
+            "A precomputed `cache` `(B, h, S, d)` is shared by groups of "
+            "consecutive query rows, so the query's batch must be a multiple "
+            f"of the cache's; received query batch {query_rows} and cache "
+            f"batch {cache_rows}."
+        )
+    return query_rows
+
+
+def _group_rows(mask, rows):
+    """A per-query `(B_q, T, ...)` mask as `(rows, B_q // rows * T, ...)`, or None."""
+    if mask is None:
+        return None
+    return ops.reshape(mask, (rows, -1, *ops.shape(mask)[2:]))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with masks and a key/value cache.
@@ -98,6 +121,10 @@ class MultiHeadAttention(keras.layers.Layer):
             written at that position (self-attention decoding); without it,
             the cache is used as the projected keys/values (precomputed
             cross-attention, see `project_key_value(..., heads_first=True)`).
+            A precomputed cache may have fewer rows than the query: with
+            `B_q = g * B`, query rows `g * b` to `g * b + g - 1` all attend
+            to cache row `b` (the beams of one sentence share its encoder
+            keys/values), and each cache row is read once for its group.
         cache_update_index: position of the first query in the cache.
 
     Returns:
@@ -275,9 +302,19 @@ class MultiHeadAttention(keras.layers.Layer):
         if key_mask is None:
             key_mask = value_mask
         causal_offset = 0
+        query_rows = None
         if cache is not None and cache_update_index is None:
             q = self.project_query(query)
             k, v = cache  # precomputed (B, h, S, d_k), (B, h, S, d_v)
+            # Query rows may come in groups that share a cache row (the beams
+            # of one sentence against its encoder output): group g's queries
+            # become one row of g * T, so each cache row is read once.
+            query_rows = _check_query_groups(ops.shape(q)[0], ops.shape(k)[0])
+            query_length = ops.shape(q)[1]
+            q = ops.reshape(q, (ops.shape(k)[0], -1, *ops.shape(q)[2:]))
+            query_mask = _group_rows(query_mask, ops.shape(k)[0])
+            if attention_mask is not None and len(attention_mask.shape) == 3:
+                attention_mask = _group_rows(attention_mask, ops.shape(k)[0])
         else:
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
@@ -315,6 +352,17 @@ class MultiHeadAttention(keras.layers.Layer):
             heads, weights = additive_attention(
                 q, k, v, self.score_weight, mask, dropout_fn=dropout
             )
+        if query_rows is not None:  # back from groups of g * T to (B_q, T)
+            heads = ops.reshape(heads, (query_rows, query_length, *ops.shape(heads)[2:]))
+            if return_attention_scores:
+                weights = ops.reshape(
+                    weights, (ops.shape(weights)[0], weights.shape[1], -1,
+                              query_length, ops.shape(weights)[-1])
+                )  # (B_kv, h, g, T, S)
+                weights = ops.reshape(
+                    ops.transpose(weights, (0, 2, 1, 3, 4)),
+                    (query_rows, weights.shape[1], query_length, ops.shape(weights)[-1]),
+                )  # (B_q, h, T, S)
         output = ops.einsum("bthd,hdo->bto", heads, self.output_kernel)  # (B, T, d_out)
         if self.output_bias is not None:
             output = output + self.output_bias

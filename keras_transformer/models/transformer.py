@@ -156,7 +156,9 @@ class Transformer(keras.Model):
 
     #: Cache entries that `decode_step` never writes: computed once from the
     #: encoder by `init_cache`, so identical across the beams of a sentence.
-    #: Beam search tiles them but need not reorder them every step.
+    #: Beam search keeps them at one row per sentence (neither tiled nor
+    #: reordered); `decode_step` accepts `beams * B` token rows against them,
+    #: since cross-attention shares a cache row among consecutive query rows.
     static_cache_entries = ("cross_key", "cross_value", "encoder_padding_mask")
 
     def init_cache(self, encoder_token_ids, encoder_output, max_length):
