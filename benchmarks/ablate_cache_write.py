@@ -20,7 +20,7 @@ from keras_transformer.models import Transformer
 
 
 def slice_write(cache, new, index):
-    """The write before: `slice_update` (a whole-cache copy per step in TF graphs).
+    """The write before: `slice_update` (slower than the scatter in TF graphs).
 
     Into the head-major `(B, h, S_max, d)` cache, as the shipped write.
     """

@@ -174,9 +174,9 @@ def static_greedy_search(model, encoder_token_ids, max_length):
 
     def body(index, last_ids, token_ids, finished, cache):
         logits, cache = model.decode_step(last_ids, cache, index)  # (B, V)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        log_probs = tf.where(is_pad[None, :], float("-inf"), log_probs)  # (B, V)
-        next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # (B,)
+        # As greedy_search: the argmax of the logits is that of the log-softmax.
+        scores = tf.where(is_pad[None, :], float("-inf"), tf.cast(logits, tf.float32))
+        next_ids = tf.argmax(scores, axis=-1, output_type=tf.int32)  # (B,)
         next_ids = tf.where(finished, PAD_ID, next_ids)
         token_ids = tf.where(
             positions[None, :] == index, next_ids[:, None], token_ids

@@ -41,18 +41,22 @@ def resolve_max_length(model, encoder_token_ids, max_length=None):
     return max_length
 
 
-def next_token_log_probs(logits, pad_id):
-    """float32 log-softmax of `(N, V)` logits with `pad_id` made impossible.
+def without_pad(scores, pad_id):
+    """`(N, V)` scores with column `pad_id` at -inf: padding is never generated.
 
     Padding is not a word: a generated `pad_id` would be indistinguishable
     from the padding written after END, and the full (uncached) model would
     mask it out of attention, so cached and full decoding would disagree.
     """
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (N, V)
-    vocabulary = ops.arange(ops.shape(log_probs)[-1], dtype="int32")  # (V,)
+    vocabulary = ops.arange(ops.shape(scores)[-1], dtype="int32")  # (V,)
     return ops.where(
-        ops.expand_dims(ops.equal(vocabulary, pad_id), 0), NEG_INF, log_probs
+        ops.expand_dims(ops.equal(vocabulary, pad_id), 0), NEG_INF, scores
     )  # (N, V)
+
+
+def next_token_log_probs(logits, pad_id):
+    """float32 log-softmax of `(N, V)` logits with `pad_id` made impossible."""
+    return without_pad(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), pad_id)
 
 
 def write_position(token_ids, index, column):

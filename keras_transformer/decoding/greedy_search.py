@@ -3,8 +3,8 @@
 from keras import ops
 
 from keras_transformer.decoding._common import (
-    next_token_log_probs,
     resolve_max_length,
+    without_pad,
     write_position,
 )
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
@@ -76,7 +76,9 @@ def greedy_search(
 
     def body(index, last_ids, token_ids, finished, cache):
         logits, cache = model.decode_step(last_ids, cache, index)  # (B, V)
-        next_ids = ops.argmax(next_token_log_probs(logits, pad_id), axis=-1)  # (B,)
+        # The most likely token: the log-softmax is the logits shifted per
+        # row, so the argmax of the logits is the same and skips a pass over V.
+        next_ids = ops.argmax(without_pad(logits, pad_id), axis=-1)  # (B,)
         next_ids = ops.where(finished, pad_id, ops.cast(next_ids, "int32"))
         token_ids = write_position(token_ids, index, next_ids)  # (B, max_length)
         finished = ops.logical_or(finished, ops.equal(next_ids, end_id))

@@ -23,9 +23,11 @@ SCORERS = ("dot", "additive")
 def _write_cache(cache, new, index):
     """Head-major `cache` `(B, h, S_max, d)` with `new` `(B, T, h, d)` at `index`.
 
-    One position (a decoding step) is written with a scatter, which the
-    TensorFlow runtime can do in place inside a `while_loop`; `slice_update`
-    there copies the whole cache every step, a cost that grows with `S_max`.
+    One position (a decoding step) is written with a scatter of `B * h` rows,
+    which costs less than a `slice_update` of the same position in a
+    TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
+    place there: the runtime copies the whole cache on every write, so a
+    step's write still grows with `S_max` (XLA updates it in place).
     Several positions (a prompt) go through `slice_update`.
     """
     new = ops.cast(new, cache.dtype)
