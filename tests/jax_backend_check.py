@@ -9,7 +9,9 @@ JAX backend, the properties that would break if it were not:
   row, a causal mask and a key/value cache;
 * a tiny Transformer trains (`train_on_batch`, XLA): finite losses that fall;
 * greedy search under `jax.jit` (KV cache) gives the tokens of re-running the
-  full model on the growing prefix, and beam 1 equals greedy.
+  full model on the growing prefix, and beam 1 equals greedy;
+* beam 4 under `jax.jit`, whose beams share one row of the cross-attention
+  cache per sentence, equals beam 4 over a cache tiled to every beam.
 
 Prints one JSON line of figures; any failed check raises (non-zero exit).
 """
@@ -98,4 +100,23 @@ beam1 = np.asarray(jax.jit(lambda ids: beam_search(
     model, ids, beam_size=1, length_penalty=0.0, max_length=steps, end_id=-1)[0])(source))
 assert np.array_equal(beam1, cached), (beam1, cached)
 figures["greedy_tokens"] = cached.tolist()
+
+
+# --- beam 4 under jax.jit: the sentence-shared cross cache == a tiled one ---
+class TileEverything:
+    """`model` with no static cache entries: beam search tiles (and reorders) all."""
+
+    def __init__(self, model):
+        self.encode, self.init_cache = model.encode, model.init_cache
+        self.decode_step, self.config = model.decode_step, model.config
+
+
+def beam4(m):
+    return jax.jit(lambda ids: beam_search(
+        m, ids, beam_size=4, max_length=steps, end_id=-1, return_all_beams=True))(source)
+
+
+(shared, shared_scores), (tiled, tiled_scores) = beam4(model), beam4(TileEverything(model))
+assert np.array_equal(np.asarray(shared), np.asarray(tiled)), (shared, tiled)
+np.testing.assert_allclose(np.asarray(shared_scores), np.asarray(tiled_scores), atol=1e-5)
 print(json.dumps(figures))
