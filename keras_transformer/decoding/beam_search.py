@@ -26,41 +26,34 @@ def _gather_beams(x, beam_indices):
     return ops.take_along_axis(x, ops.expand_dims(beam_indices, -1), axis=1)
 
 
-def _tile_cache(cache, beams, static_entries):
-    """Every cache entry repeated `beams` times on axis 0, but the static ones.
+def _map_per_beam(fn, cache, static_entries):
+    """`fn` on every tensor of `cache`, except those of the dict entries named static.
 
-    A static entry stays one row per sentence: `decode_step` reads it for
-    all the sentence's beams at once, so it is neither copied nor reordered.
+    A static entry (one `decode_step` never writes, such as the encoder's
+    cross-attention keys/values) is the same for every beam of a sentence: it
+    keeps one row per sentence, which `decode_step` reads for all the
+    sentence's beams at once, so it is neither tiled nor reordered.
     """
 
-    def tile(entry):
-        return keras.tree.map_structure(lambda t: ops.repeat(t, beams, axis=0), entry)
+    def apply(entry):
+        return keras.tree.map_structure(fn, entry)
 
     if not isinstance(cache, dict):
-        return tile(cache)
+        return apply(cache)
     return {
-        name: entry if name in static_entries else tile(entry)
+        name: entry if name in static_entries else apply(entry)
         for name, entry in cache.items()
     }
+
+
+def _tile_cache(cache, beams, static_entries):
+    """Every per-beam cache entry repeated `beams` times on axis 0."""
+    return _map_per_beam(lambda t: ops.repeat(t, beams, axis=0), cache, static_entries)
 
 
 def _reorder_cache(cache, rows, static_entries):
-    """Rows `rows` of every cache entry, except the dict entries named static.
-
-    A static entry (one `decode_step` never writes) is the same for every beam
-    of a sentence, and `rows` only ever point to beams of the same sentence,
-    so gathering it would copy it unchanged.
-    """
-
-    def reorder(entry):
-        return keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), entry)
-
-    if not isinstance(cache, dict):
-        return reorder(cache)
-    return {
-        name: entry if name in static_entries else reorder(entry)
-        for name, entry in cache.items()
-    }
+    """Rows `rows` of every per-beam cache entry (`rows` stay within a sentence)."""
+    return _map_per_beam(lambda t: ops.take(t, rows, axis=0), cache, static_entries)
 
 
 def beam_search(
