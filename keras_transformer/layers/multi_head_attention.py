@@ -349,10 +349,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 q, k, v, mask, dropout_fn=dropout, heads_first=heads_first
             )
         else:
-            if heads_first:
-                k, v = ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
             heads, weights = additive_attention(
-                q, k, v, self.score_weight, mask, dropout_fn=dropout
+                q, k, v, self.score_weight, mask, dropout_fn=dropout,
+                heads_first=heads_first,
             )
         if query_rows is not None:  # back from groups of g * T to (B_q, T)
             heads = ops.reshape(heads, (query_rows, query_length, *ops.shape(heads)[2:]))

@@ -99,27 +99,41 @@ def fused_dot_product_attention(query, key, value, mask=None, scale=None):
     return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
 
 
-def additive_attention(query, key, value, score_weight, mask=None, dropout_fn=None):
+def additive_attention(
+    query, key, value, score_weight, mask=None, dropout_fn=None, heads_first=False
+):
     """Additive (Bahdanau) attention: scores = w^T tanh(q + k), per head.
 
     Args:
-        query: `(B, T, H, d_k)`; key: `(B, S, H, d_k)`; value: `(B, S, H, d_v)`.
+        query: `(B, T, H, d_k)`.
+        key: `(B, S, H, d_k)`, or `(B, H, S, d_k)` with `heads_first`.
+        value: `(B, S, H, d_v)`, or `(B, H, S, d_v)` with `heads_first`.
         score_weight: `(H, d_k)` vector `w` of each head.
         mask: optional boolean `(B, T, S)`, `True` where attention is allowed.
         dropout_fn: optional callable applied to the attention weights.
+        heads_first: keys and values are head-major (a decoding cache); the
+            queries are moved to that layout instead of the whole cache.
 
     Returns:
         `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
     """
-    hidden = ops.tanh(
-        ops.expand_dims(query, 2) + ops.expand_dims(key, 1)
-    )  # (B, T, S, H, d_k)
-    scores = ops.einsum("btshd,hd->bhts", hidden, score_weight)  # (B, H, T, S)
+    if heads_first:
+        query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, d_k)
+        hidden = ops.tanh(
+            ops.expand_dims(query, 3) + ops.expand_dims(key, 2)
+        )  # (B, H, T, S, d_k)
+        scores = ops.einsum("bhtsd,hd->bhts", hidden, score_weight)  # (B, H, T, S)
+    else:
+        hidden = ops.tanh(
+            ops.expand_dims(query, 2) + ops.expand_dims(key, 1)
+        )  # (B, T, S, H, d_k)
+        scores = ops.einsum("btshd,hd->bhts", hidden, score_weight)  # (B, H, T, S)
     if mask is not None and len(mask.shape) == 3:
         mask = ops.expand_dims(mask, 1)  # (B, 1, T, S)
     weights = masked_softmax(scores, mask)
     dropped = weights if dropout_fn is None else dropout_fn(weights)
+    value_spec = "bhsd" if heads_first else "bshd"
     output = ops.einsum(
-        "bhts,bshd->bthd", ops.cast(dropped, value.dtype), value
+        f"bhts,{value_spec}->bthd", ops.cast(dropped, value.dtype), value
     )  # (B, T, H, d_v)
     return output, weights
