@@ -50,7 +50,7 @@ def _write_cache(cache, new, index):
 
 
 def _check_query_groups(query_rows, cache_rows):
-    """`query_rows`, after checking it is a multiple of `cache_rows` where static."""
+    """Raise unless `query_rows` is a multiple of `cache_rows` (where both are static)."""
     if (
         isinstance(query_rows, int)
         and isinstance(cache_rows, int)
@@ -62,7 +62,6 @@ def _check_query_groups(query_rows, cache_rows):
             f"of the cache's; received query batch {query_rows} and cache "
             f"batch {cache_rows}."
         )
-    return query_rows
 
 
 def _group_rows(mask, rows):
@@ -311,12 +310,13 @@ class MultiHeadAttention(keras.layers.Layer):
             # Query rows may come in groups that share a cache row (the beams
             # of one sentence against its encoder output): group g's queries
             # become one row of g * T, so each cache row is read once.
-            query_rows = _check_query_groups(ops.shape(q)[0], ops.shape(k)[0])
-            query_length = ops.shape(q)[1]
-            q = ops.reshape(q, (ops.shape(k)[0], -1, *ops.shape(q)[2:]))
-            query_mask = _group_rows(query_mask, ops.shape(k)[0])
+            query_rows, query_length = ops.shape(q)[0], ops.shape(q)[1]
+            cache_rows = ops.shape(k)[0]
+            _check_query_groups(query_rows, cache_rows)
+            q = ops.reshape(q, (cache_rows, -1, *ops.shape(q)[2:]))
+            query_mask = _group_rows(query_mask, cache_rows)
             if attention_mask is not None and len(attention_mask.shape) == 3:
-                attention_mask = _group_rows(attention_mask, ops.shape(k)[0])
+                attention_mask = _group_rows(attention_mask, cache_rows)
         else:
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
@@ -356,13 +356,13 @@ class MultiHeadAttention(keras.layers.Layer):
         if query_rows is not None:  # back from groups of g * T to (B_q, T)
             heads = ops.reshape(heads, (query_rows, query_length, *ops.shape(heads)[2:]))
             if return_attention_scores:
+                heads_n, keys = weights.shape[1], ops.shape(weights)[-1]
                 weights = ops.reshape(
-                    weights, (ops.shape(weights)[0], weights.shape[1], -1,
-                              query_length, ops.shape(weights)[-1])
+                    weights, (cache_rows, heads_n, -1, query_length, keys)
                 )  # (B_kv, h, g, T, S)
                 weights = ops.reshape(
                     ops.transpose(weights, (0, 2, 1, 3, 4)),
-                    (query_rows, weights.shape[1], query_length, ops.shape(weights)[-1]),
+                    (query_rows, heads_n, query_length, keys),
                 )  # (B_q, h, T, S)
         output = ops.einsum("bthd,hdo->bto", heads, self.output_kernel)  # (B, T, d_out)
         if self.output_bias is not None:
