@@ -193,12 +193,11 @@ def test_beam_scores_are_full_model_scores_of_every_beam():
         assert len({tuple(t) for t in tokens[row][kept]}) == kept.sum()  # distinct
 
 
-class ReorderEverything:
-    """`model` whose beam search reorders all but `static_cache_entries`."""
+class TileEverything:
+    """`model` with no `static_cache_entries`: beam search tiles and reorders all."""
 
-    def __init__(self, model, static_cache_entries=()):
+    def __init__(self, model):
         self.model, self.config = model, model.config
-        self.static_cache_entries = static_cache_entries
 
     def encode(self, *args, **kwargs):
         return self.model.encode(*args, **kwargs)
@@ -227,7 +226,7 @@ def test_beam_skips_reordering_only_static_cache_entries(monkeypatch):
         return np.asarray(tokens), np.asarray(scores)
 
     tokens, scores = search(model)
-    all_tokens, all_scores = search(ReorderEverything(model))
+    all_tokens, all_scores = search(TileEverything(model))
     np.testing.assert_array_equal(tokens, all_tokens)
     np.testing.assert_array_equal(scores, all_scores)
     # The test can see a mistake: not reordering the written self-attention
