@@ -10,6 +10,9 @@ built three ways (see `benchmarks/seq2seq_models.py` for what is kept equal):
                   embedding/pre-softmax matrix (2 x 2M fewer parameters).
     ours_untied   Transformer(tie_embeddings=False): the same parameters as
                   KerasHub's model; **ours_untied vs keras_hub is the headline**.
+    ours_untied_philox  (XLA only) ours_untied with Keras's Philox dropout
+                  masks instead of the ThreeFry ones our models draw under
+                  XLA (`threefry_dropout_under_xla = False`): what ThreeFry buys.
     keras_hub     KerasHub TokenAndPositionEmbedding / TransformerEncoder /
                   TransformerDecoder + an untied Dense output.
 
@@ -45,6 +48,7 @@ SIZES = dict(vocabulary_size=8000, num_layers=3, hidden_dim=256, num_heads=8,
 VARIANTS = {  # name -> (builder kind, tied)
     "ours_tied": ("ours", True),
     "ours_untied": ("ours", False),
+    "ours_untied_philox": ("ours", False),  # XLA only: Keras's dropout masks
     "keras_hub": ("keras_hub", False),
 }
 HEADLINE = ("keras_hub", "ours_untied")
@@ -64,6 +68,8 @@ def compiled(name, sizes, jit_compile):
     kind, tied = VARIANTS[name]
     keras.utils.set_random_seed(0)
     model = models.build(kind, sizes, tied=tied, name=name)
+    if name.endswith("_philox"):
+        model.threefry_dropout_under_xla = False
     model.compile(
         optimizer=keras.optimizers.Adam(1e-4),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -92,7 +98,8 @@ def main():
     for jit_compile in modes:
         mode = "xla" if jit_compile else "no_xla"
         print(f"\n== jit_compile={jit_compile}", flush=True)
-        built = {name: compiled(name, sizes, jit_compile) for name in VARIANTS}
+        names = [n for n in VARIANTS if jit_compile or not n.endswith("_philox")]
+        built = {name: compiled(name, sizes, jit_compile) for name in names}
         params = {name: m.count_params() for name, m in built.items()}
         matmul, matmul_flops = common.make_matmul(2048)
 
@@ -109,7 +116,7 @@ def main():
         peak = statistics.median(matmul_flops / t for t in times["matmul_2048"])
         mode_result = {"matmul_2048_flops_per_s": common.summarize(
             [matmul_flops / t for t in times["matmul_2048"]]), "variants": {}}
-        for name in VARIANTS:
+        for name in names:
             per_step = [t / steps for t in times[name]]
             tokens = common.summarize([batch * length / s for s in per_step])
             mfu = statistics.median(
@@ -121,15 +128,20 @@ def main():
                 "target_tokens_per_s": tokens,
                 "mfu_vs_matmul": mfu,
             }
-            print(f"  {name:12s} {params[name] / 1e6:5.2f} M params  "
+            print(f"  {name:18s} {params[name] / 1e6:5.2f} M params  "
                   f"{common.fmt(tokens, unit='tok/s', digits=0)}  MFU {mfu:.1%}")
         print(f"  matmul 2048^3: {peak / 1e9:.1f} GFLOP/s (median)")
-        for name in ("ours_untied", "ours_tied"):
+        for name in [n for n in names if n != "keras_hub"]:
             ratio = common.compare(times, "keras_hub", name)
             mode_result[f"{name}_over_keras_hub"] = ratio
             print(f"  {name} / keras_hub speed-up: {ratio['ratio_of_medians']:.2f}x "
                   f"(paired {common.fmt(ratio['paired_ratio'], unit='x', digits=2)}; "
                   f"ratio of minimums {ratio['ratio_of_mins']:.2f}x)")
+        if jit_compile:
+            ratio = common.compare(times, "ours_untied_philox", "ours_untied")
+            mode_result["threefry_over_philox_dropout"] = ratio
+            print(f"  ThreeFry / Philox dropout masks (ours_untied): "
+                  f"{common.fmt(ratio['paired_ratio'], unit='x', digits=2)}")
         results["modes"][mode] = mode_result
         del built, candidates
         keras.backend.clear_session()

@@ -11,7 +11,9 @@ JAX backend, the properties that would break if it were not:
 * greedy search under `jax.jit` (KV cache) gives the tokens of re-running the
   full model on the growing prefix, and beam 1 equals greedy;
 * beam 4 under `jax.jit`, whose beams share one row of the cross-attention
-  cache per sentence, equals beam 4 over a cache tiled to every beam.
+  cache per sentence, equals beam 4 over a cache tiled to every beam;
+* our keras.ops ThreeFry-2x32 equals JAX's own (`jax.extend.random`) word
+  for word, and a ThreeFry `Dropout` under `jax.jit` keeps 1 - rate.
 
 Prints one JSON line of figures; any failed check raises (non-zero exit).
 """
@@ -119,4 +121,28 @@ def beam4(m):
 (shared, shared_scores), (tiled, tiled_scores) = beam4(model), beam4(TileEverything(model))
 assert np.array_equal(np.asarray(shared), np.asarray(tiled)), (shared, tiled)
 np.testing.assert_allclose(np.asarray(shared_scores), np.asarray(tiled_scores), atol=1e-5)
+
+
+# --- keras.ops ThreeFry == JAX's ThreeFry; the ThreeFry Dropout under jit ---
+import jax.extend.random as jax_random  # noqa: E402
+
+from keras_transformer.layers import Dropout, threefry2x32, threefry_dropout  # noqa: E402
+
+key = rng.integers(0, 2**32, size=2, dtype=np.uint64).astype(np.uint32)
+words = rng.integers(0, 2**32, size=(2, 64), dtype=np.uint64).astype(np.uint32)
+ours = threefry2x32((key[0], key[1]), (words[0], words[1]))
+theirs = jax_random.threefry_2x32(key, words.reshape(-1))  # x0s then x1s
+assert np.array_equal(np.concatenate([np.asarray(w) for w in ours]), np.asarray(theirs))
+drop = Dropout(0.25, seed=1)
+
+
+@jax.jit
+def dropped(x):
+    with threefry_dropout():
+        return drop(x, training=True)
+
+
+kept = float((np.asarray(dropped(np.ones((64, 64), "float32"))) != 0).mean())
+assert abs(kept - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 4096), kept
+figures["threefry_dropout_kept"] = kept
 print(json.dumps(figures))

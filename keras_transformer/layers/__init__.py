@@ -1,5 +1,11 @@
 """Transformer layers, each in `keras.ops` only (any Keras 3 backend)."""
 
+from keras_transformer.layers.dropout import (
+    Dropout,
+    threefry2x32,
+    threefry_bits,
+    threefry_dropout,
+)
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masking import (
     causal_mask,
@@ -28,6 +34,7 @@ from keras_transformer.layers.transformer_decoder_block import TransformerDecode
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
 __all__ = [
+    "Dropout",
     "FeedForward",
     "MaskedMeanPooling",
     "MultiHeadAttention",
@@ -44,4 +51,7 @@ __all__ = [
     "merge_attention_masks",
     "padding_mask",
     "scaled_dot_product_attention",
+    "threefry2x32",
+    "threefry_bits",
+    "threefry_dropout",
 ]

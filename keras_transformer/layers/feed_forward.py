@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.validation import check_positive_int, check_rate
 
 
@@ -52,7 +53,7 @@ class FeedForward(keras.layers.Layer):
             self.intermediate_dim, activation=self.activation, name="inner_dense", **common
         )
         self.inner_dense.build(input_shape)
-        self.inner_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.inner_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(input_shape[-1], name="output_dense", **common)
         self.output_dense.build((*input_shape[:-1], self.intermediate_dim))
         self.built = True

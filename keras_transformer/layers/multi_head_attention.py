@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import merge_attention_masks
 from keras_transformer.layers.scaled_dot_product_attention import (
     additive_attention,
@@ -167,7 +168,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, value_shape, key_shape=None):
         query_width = query_shape[-1]

@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.validation import check_positive_int, check_rate
@@ -100,7 +101,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.feed_forward_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=policy, name="feed_forward_norm"
         )
-        self.residual_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
+        self.residual_dropout = Dropout(self.dropout, dtype=policy)
 
     def build(self, input_shape):
         if len(input_shape) != 3:

@@ -5,6 +5,7 @@ import dataclasses
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
@@ -12,11 +13,12 @@ from keras_transformer.layers.token_and_position_embedding import (
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import check_divisible, check_token_ids
+from keras_transformer.models._xla_dropout import XLADropoutMixin
 from keras_transformer.models.transformer_config import TransformerConfig, get_preset
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(XLADropoutMixin, keras.Model):
     """The sequence-to-sequence Transformer, as a functional Keras model.
 
     N encoder blocks over the embedded source, N decoder blocks over the
@@ -86,7 +88,7 @@ class Transformer(keras.Model):
             self.output_projection = keras.layers.Dense(
                 target_vocabulary, use_bias=False, dtype=policy, name="output_projection"
             )
-        self.embedding_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
+        self.embedding_dropout = Dropout(c.dropout, dtype=policy)
         self.encoder_blocks = [
             TransformerEncoderBlock(**block_args, name=f"encoder_block_{i}")
             for i in range(c.num_layers)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.pooling import MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
@@ -21,6 +22,7 @@ from keras_transformer.layers.validation import (
     check_rate,
     check_token_ids,
 )
+from keras_transformer.models._xla_dropout import XLADropoutMixin
 
 
 def class_probabilities(logits, num_classes):
@@ -36,7 +38,7 @@ def class_probabilities(logits, num_classes):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(keras.Model):
+class TransformerClassifier(XLADropoutMixin, keras.Model):
     """The Transformer encoder, mean-pooled, under a small classification head.
 
     Two kinds of input, chosen by which size is given:
@@ -142,7 +144,7 @@ class TransformerClassifier(keras.Model):
                 if positions == "sinusoidal"
                 else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
             )
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        self.embedding_dropout = Dropout(dropout, dtype=dtype)
         self.encoder_blocks = [
             TransformerEncoderBlock(
                 intermediate_dim, num_heads, dropout=dropout,
@@ -159,7 +161,7 @@ class TransformerClassifier(keras.Model):
         self.head_hidden = keras.layers.Dense(
             head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
         )
-        self.head_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        self.head_dropout = Dropout(dropout, dtype=dtype)
         self.head_output = keras.layers.Dense(num_classes, dtype=dtype, name="head_output")
         self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 

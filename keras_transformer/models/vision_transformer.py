@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.position_embedding import (
     PositionEmbedding,
     interpolate_positions,
@@ -13,6 +14,7 @@ from keras_transformer.layers.validation import (
     check_positive_int,
     check_rate,
 )
+from keras_transformer.models._xla_dropout import XLADropoutMixin
 from keras_transformer.models.transformer_classifier import class_probabilities
 
 
@@ -58,7 +60,7 @@ class _ClassToken(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class VisionTransformer(keras.Model):
+class VisionTransformer(XLADropoutMixin, keras.Model):
     """ViT: a Transformer encoder over a sequence of image patches.
 
     Section 3.1 (Eq. 1-4): the image is cut into non-overlapping
@@ -147,7 +149,7 @@ class VisionTransformer(keras.Model):
             1, initializer=position_initializer, dtype=dtype, name="class_position_embedding"
         )
         self.concatenate = keras.layers.Concatenate(axis=1, dtype=dtype, name="prepend_class")
-        self.embedding_dropout = keras.layers.Dropout(
+        self.embedding_dropout = Dropout(
             dropout, dtype=dtype, name="embedding_dropout"
         )
         self.encoder_blocks = [
