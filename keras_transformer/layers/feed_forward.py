@@ -1,6 +1,7 @@
 """Position-wise feed-forward network (Vaswani et al., 2017, Section 3.3)."""
 
 import keras
+from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.validation import check_positive_int, check_rate
@@ -59,9 +60,14 @@ class FeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        x = self.inner_dense(inputs)  # (B, T, d_ff)
+        # Row-major 2-D through both Dense layers: the biases' gradients are
+        # then column sums of (B*T, m), which XLA's CPU backend reduces 4x
+        # faster than sums over the leading axes of (B, T, m).
+        x = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (B*T, d_model)
+        x = self.inner_dense(x)  # (B*T, d_ff)
         x = self.inner_dropout(x, training=training)
-        return self.output_dense(x)  # (B, T, d_model)
+        x = self.output_dense(x)  # (B*T, d_model)
+        return ops.reshape(x, ops.shape(inputs))  # (B, T, d_model)
 
     def compute_output_shape(self, input_shape):
         return input_shape
