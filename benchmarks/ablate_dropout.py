@@ -16,7 +16,7 @@ element and the ratios backend / threefry (> 1: ThreeFry is cheaper).
 
 Read the XLA row with care: alone in a function, TF's Philox fusion runs at
 ~220 ns per element on this CPU, far slower than inside the training step,
-where all its masks cost ~9 ns per element (a fifth of the step); the
+where all its masks cost ~7 ns per element (a sixth of the step); the
 in-model figure is `bench_training_throughput.py`'s `ours_untied_philox`.
 The row without XLA is the reason ThreeFry is used under XLA only.
 

@@ -93,9 +93,10 @@ class Dropout(keras.layers.Dropout):
     within 2^-32, and kept values are scaled by `1 / (1 - rate)`, as Keras's.
 
     Why: on the TensorFlow backend under XLA, `keras.random` lowers to Philox,
-    whose 32x32->64-bit multiplies XLA's CPU backend does not vectorise: in
-    the base-size training step (Section 5.4's residual dropout plus
-    attention dropout) the masks took a fifth of the step.  ThreeFry is
+    built on 32x32->64-bit multiplies, which XLA's CPU code runs slowly (TF's
+    own generators under XLA on this CPU: Philox 6.7 ns per element, ThreeFry
+    0.9 ns); in the base-size training step (Section 5.4's residual dropout plus
+    attention dropout) the masks took a sixth of the step.  ThreeFry is
     adds, rotations and xors, which XLA fuses into the select
     (`benchmarks/bench_training_throughput.py`, `ours_untied_philox`).
     Without XLA it is the other way round, one kernel per op, 4-5x slower

@@ -9,7 +9,7 @@ class XLADropoutMixin:
     """Traces `train_step` inside `threefry_dropout()` when the model trains
     under XLA on the TensorFlow backend (`compile(jit_compile=True)`).
 
-    There Keras's Philox masks cost a fifth of the base-size training step on
+    There Keras's Philox masks cost a sixth of the base-size training step on
     CPU (`bench_training_throughput.py`, variant `ours_untied_philox`).
     Elsewhere the backend's generator stays: without XLA it is one kernel,
     where ThreeFry in `keras.ops` is a hundred small ones, and JAX's default
