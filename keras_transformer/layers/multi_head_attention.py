@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.layers._shapes import leading_shape
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import merge_attention_masks
 from keras_transformer.layers.scaled_dot_product_attention import (
@@ -62,7 +63,7 @@ def _matmul_2d(x, kernel, contract, bias=None):
     `(B*T, m)`, which XLA's CPU backend reduces 4x faster than the same sum
     over the two leading axes of `(B, T, h, k)`.
     """
-    lead = ops.shape(x)[: len(x.shape) - contract]  # (B, T)
+    lead = leading_shape(x, len(x.shape) - contract)  # (B, T)
     inner = int(np.prod(kernel.shape[:contract]))
     rows = ops.reshape(x, (-1, inner))  # (B*T, n)
     out = ops.matmul(rows, ops.reshape(kernel, (inner, -1)))  # (B*T, m)
