@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from harness import run_layer_test
 from keras import ops
 
 import keras_transformer.layers.dropout as dropout_module
@@ -171,3 +172,12 @@ def test_models_draw_threefry_masks_when_training_under_xla(jit_compile, monkeyp
     traced = len(calls)
     model.predict(inputs, verbose=0)
     assert len(calls) == traced  # inference draws no mask
+
+
+def test_dropout_layer_harness(tmp_path):
+    """Config round trip, symbolic call, `.keras` reload, bfloat16 and a fit
+    step (STYLE habit 10); at inference the layer is the identity."""
+    x = np.random.default_rng(5).normal(size=(2, 6, 8)).astype("float32")
+    layer, out = run_layer_test(Dropout, {"rate": 0.3, "seed": 2}, x, tmp_path)
+    np.testing.assert_array_equal(out, x)
+    assert layer.get_config()["rate"] == 0.3
