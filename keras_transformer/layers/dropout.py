@@ -77,10 +77,6 @@ def threefry_dropout(enabled=True):
         _THREEFRY.reset(token)
 
 
-def threefry_dropout_enabled():
-    return _THREEFRY.get()
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dropout(keras.layers.Dropout):
     """`keras.layers.Dropout` with an XLA-friendly mask generator.
