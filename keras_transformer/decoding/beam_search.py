@@ -6,10 +6,11 @@ from keras import ops
 from keras_transformer.decoding._common import (
     NEG_INF,
     gnmt_length_penalty,
-    next_token_log_probs,
     resolve_max_length,
+    top_k_log_probs,
     write_position,
 )
+from keras_transformer.layers._shapes import leading_shape
 from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
 
@@ -22,8 +23,17 @@ def _flat_beam_indices(beam_indices, beams):
 
 
 def _gather_beams(x, beam_indices):
-    """`x` `(B, K_old, L)` at `beam_indices` `(B, K_new)` -> `(B, K_new, L)`."""
-    return ops.take_along_axis(x, ops.expand_dims(beam_indices, -1), axis=1)
+    """`x` `(B, K_old, L)` at `beam_indices` `(B, K_new)` -> `(B, K_new, L)`.
+
+    One `take` of rows of the flattened `(B * K_old, L)`: TensorFlow's
+    `take_along_axis` broadcasts the indices to `x`'s shape and transposes
+    around a batched gather, which costs more than the gather itself here.
+    """
+    batch, old, width = leading_shape(x, 3)
+    new = leading_shape(beam_indices, 2)[1]
+    rows = _flat_beam_indices(beam_indices, old)  # (B * K_new,)
+    flat = ops.reshape(x, (batch * old, width))  # (B * K_old, L)
+    return ops.reshape(ops.take(flat, rows, axis=0), (batch, new, width))
 
 
 def _map_per_beam(fn, cache, static_entries):
@@ -170,14 +180,16 @@ def beam_search(
         last_ids = ops.take(alive_ids, index, axis=2)  # (B, k)
         last_ids = ops.reshape(last_ids, (-1, 1))  # (B * k, 1)
         logits, cache = model.decode_step(last_ids, state["cache"], index)
-        log_probs = next_token_log_probs(logits, pad_id)  # (B * k, V)
-        vocabulary = ops.shape(log_probs)[-1]
-        log_probs = ops.reshape(log_probs, (batch, k, vocabulary))  # (B, k, V)
+        # The best 2k extensions of a sentence are among the best 2k tokens
+        # of each of its beams: rank per beam first, then the k * 2k.
+        log_probs, tokens = top_k_log_probs(logits, 2 * k, pad_id)  # (B * k, 2k)
+        log_probs = ops.reshape(log_probs, (batch, k, 2 * k))
         log_probs = log_probs + ops.expand_dims(state["alive_log_probs"], -1)
-        log_probs = ops.reshape(log_probs, (batch, k * vocabulary))  # (B, k * V)
+        log_probs = ops.reshape(log_probs, (batch, 2 * k * k))  # beam-major
         top_log_probs, top = ops.top_k(log_probs, 2 * k)  # (B, 2k), best first
-        top_beams = ops.floor_divide(top, vocabulary)  # (B, 2k)
-        top_tokens = ops.cast(ops.mod(top, vocabulary), "int32")  # (B, 2k)
+        top_beams = ops.floor_divide(top, 2 * k)  # (B, 2k)
+        top_tokens = _gather_beams(ops.reshape(tokens, (batch, 2 * k * k, 1)), top)
+        top_tokens = ops.reshape(top_tokens, (batch, 2 * k))  # (B, 2k) int32
         top_ids = _gather_beams(alive_ids, top_beams)  # (B, 2k, L + 1)
         top_ids = write_position(top_ids, index + 1, top_tokens)
         ends = ops.equal(top_tokens, end_id)  # (B, 2k)
