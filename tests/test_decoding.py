@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.decoding import _common as common
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import END_ID, PAD_ID, START_ID, Transformer
 
@@ -169,6 +170,56 @@ def test_beam_of_one_drops_an_end_that_fell_off_the_beam():
     )
     np.testing.assert_array_equal(tokens, [[A, B, END_ID, 0, 0]])
     np.testing.assert_array_equal(greedy_search(model, source, max_length=5), tokens)
+
+
+@pytest.mark.parametrize("width", [37, 1200, 1217])  # direct; by blocks; padded
+@pytest.mark.parametrize("ties", [False, True])
+def test_top_k_rows_equals_top_k_ties_included(width, ties):
+    rng = np.random.default_rng(width)
+    x = rng.integers(0, 3, (5, width)) if ties else rng.normal(size=(5, width))
+    x = x.astype("float32")
+    x[:, width - 30] = 3.0  # a late block ranked first, holding tied 2s too
+    x[0, ::7] = -np.inf  # masked entries, such as the pad column
+    values, indices, row_max = common.top_k_rows(ops.convert_to_tensor(x), 9)
+    expected_values, expected_indices = ops.top_k(x, 9)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(indices, expected_indices)  # lower index first
+    np.testing.assert_array_equal(row_max, x.max(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("width", [9, 1200])
+def test_top_k_log_probs_are_log_softmax_without_pad(width):
+    rng = np.random.default_rng(width)
+    logits = rng.normal(size=(4, width)).astype("float32")
+    logits[1, PAD_ID] = 50.0  # the most likely token is never proposed
+    log_probs, ids = common.top_k_log_probs(logits, 8, PAD_ID)
+    full = np.asarray(common.next_token_log_probs(logits, PAD_ID))  # pad at -inf
+    expected_ids = np.argsort(-full, axis=-1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(
+        log_probs, np.take_along_axis(full, expected_ids, -1), rtol=1e-6, atol=1e-5
+    )
+    assert not np.any(np.asarray(ids) == PAD_ID)
+
+
+def test_beam_search_by_blocks_equals_beam_search_by_whole_rows(monkeypatch):
+    # A vocabulary large enough that beams rank their tokens by blocks.
+    model = tiny_model(vocabulary_size=1200)
+    source = np.array([[5, 6, 7, 8, 9], [4, 11, 0, 0, 0]], "int32")
+    by_blocks = beam_search(
+        model, source, beam_size=4, max_length=6, return_all_beams=True
+    )
+
+    def whole_rows(x, k, block=None):
+        values, indices = ops.top_k(x, k)
+        return values, indices, ops.max(x, axis=-1, keepdims=True)
+
+    monkeypatch.setattr(common, "top_k_rows", whole_rows)
+    by_rows = beam_search(
+        model, source, beam_size=4, max_length=6, return_all_beams=True
+    )
+    np.testing.assert_array_equal(by_blocks[0], by_rows[0])
+    np.testing.assert_allclose(by_blocks[1], by_rows[1], rtol=1e-6)
 
 
 def test_beam_scores_are_full_model_scores_of_every_beam():
