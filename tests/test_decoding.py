@@ -222,10 +222,12 @@ def test_beam_search_by_blocks_equals_beam_search_by_whole_rows(monkeypatch):
     np.testing.assert_allclose(by_blocks[1], by_rows[1], rtol=1e-6)
 
 
-def test_beam_scores_are_full_model_scores_of_every_beam():
+@pytest.mark.parametrize("vocabulary_size", [13, 5])  # 5: fewer tokens than 2k
+def test_beam_scores_are_full_model_scores_of_every_beam(vocabulary_size):
     # Reordering the cache wrongly would score beams against another's past.
-    model = tiny_model()
+    model = tiny_model(vocabulary_size)
     source = np.array([[5, 6, 7, 8, 9], [4, 11, 0, 0, 0]], "int32")
+    source = np.where(source > 0, 4 + source % (vocabulary_size - 4), 0)  # words
     tokens, scores = beam_search(
         model, source, beam_size=3, max_length=5, return_all_beams=True
     )

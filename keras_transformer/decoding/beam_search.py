@@ -181,14 +181,15 @@ def beam_search(
         last_ids = ops.reshape(last_ids, (-1, 1))  # (B * k, 1)
         logits, cache = model.decode_step(last_ids, state["cache"], index)
         # The best 2k extensions of a sentence are among the best 2k tokens
-        # of each of its beams: rank per beam first, then the k * 2k.
-        log_probs, tokens = top_k_log_probs(logits, 2 * k, pad_id)  # (B * k, 2k)
-        log_probs = ops.reshape(log_probs, (batch, k, 2 * k))
+        # of each of its beams (all V if fewer): rank per beam, then the k * c.
+        c = min(2 * k, logits.shape[-1])
+        log_probs, tokens = top_k_log_probs(logits, c, pad_id)  # (B * k, c)
+        log_probs = ops.reshape(log_probs, (batch, k, c))
         log_probs = log_probs + ops.expand_dims(state["alive_log_probs"], -1)
-        log_probs = ops.reshape(log_probs, (batch, 2 * k * k))  # beam-major
+        log_probs = ops.reshape(log_probs, (batch, k * c))  # beam-major
         top_log_probs, top = ops.top_k(log_probs, 2 * k)  # (B, 2k), best first
-        top_beams = ops.floor_divide(top, 2 * k)  # (B, 2k)
-        top_tokens = _gather_beams(ops.reshape(tokens, (batch, 2 * k * k, 1)), top)
+        top_beams = ops.floor_divide(top, c)  # (B, 2k)
+        top_tokens = _gather_beams(ops.reshape(tokens, (batch, k * c, 1)), top)
         top_tokens = ops.reshape(top_tokens, (batch, 2 * k))  # (B, 2k) int32
         top_ids = _gather_beams(alive_ids, top_beams)  # (B, 2k, L + 1)
         top_ids = write_position(top_ids, index + 1, top_tokens)
