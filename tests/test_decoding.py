@@ -251,12 +251,13 @@ class TileEverything:
 
     def __init__(self, model):
         self.model, self.config = model, model.config
+        self.beam_cache_chunks = model.beam_cache_chunks  # the same cache layout
 
     def encode(self, *args, **kwargs):
         return self.model.encode(*args, **kwargs)
 
-    def init_cache(self, *args):
-        return self.model.init_cache(*args)
+    def init_cache(self, *args, **kwargs):
+        return self.model.init_cache(*args, **kwargs)
 
     def decode_step(self, *args):
         return self.model.decode_step(*args)

@@ -137,11 +137,13 @@ def test_attention_weights_respect_source_and_target_masks(model):
             assert np.all(enc[b][:, ~source_pad[b]][..., source_pad[b]] == 0)
 
 
-def test_cached_decoding_equals_full_pass(model, logits):
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_cached_decoding_equals_full_pass(model, logits, chunks):
     """encode/init_cache/decode_step, one position at a time, equal one full
-    pass at every real target position (pain point 10)."""
+    pass at every real target position (pain point 10), with the
+    self-attention cache in one tensor or cut into chunks of positions."""
     memory = model.encode(SOURCE)
-    cache = model.init_cache(SOURCE, memory, max_length=TARGET.shape[1])
+    cache = model.init_cache(SOURCE, memory, max_length=TARGET.shape[1], chunks=chunks)
     steps = []
     for i in range(TARGET.shape[1]):
         step_logits, cache = model.decode_step(

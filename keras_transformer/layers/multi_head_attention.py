@@ -25,6 +25,8 @@ SCORERS = ("dot", "additive")
 def _write_cache(cache, new, index):
     """Head-major `cache` `(B, h, S_max, d)` with `new` `(B, T, h, d)` at `index`.
 
+    `cache` may also be a tuple of equal position chunks (`_write_chunks`).
+
     One position (a decoding step) is written with a scatter of `B * h` rows,
     which costs less than a `slice_update` of the same position in a
     TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
@@ -32,6 +34,8 @@ def _write_cache(cache, new, index):
     step's write still grows with `S_max` (XLA updates it in place).
     Several positions (a prompt) go through `slice_update`.
     """
+    if isinstance(cache, (tuple, list)):
+        return _write_chunks(tuple(cache), new, index)
     new = ops.cast(new, cache.dtype)
     if new.shape[1] != 1:
         return ops.slice_update(
@@ -49,6 +53,41 @@ def _write_cache(cache, new, index):
     )  # (B * h, 3)
     # (B, 1, h, d) -> (B * h, d): row b * h + head, as `indices`; no transpose.
     return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
+
+
+def _write_chunks(chunks, new, index):
+    """`_write_cache` into a cache cut along positions into equal chunks.
+
+    Chunk `i` of `n` holds positions `i * L` to `i * L + L - 1`.  One
+    position is written into its chunk only, under a `cond`: the other
+    chunks pass through untouched.  In a TensorFlow graph every write copies
+    the tensor written to (no op updates one in place outside XLA), so a
+    step copies `1 / n` of the cache instead of all of it.  Several positions
+    (a prompt) are written through the whole cache, once.
+    """
+    length = chunks[0].shape[2]
+    if length is None:
+        length = ops.shape(chunks[0])[2]
+    if new.shape[1] != 1:
+        whole = _write_cache(ops.concatenate(chunks, axis=2), new, index)
+        return tuple(ops.split(whole, len(chunks), axis=2))
+    target = ops.floor_divide(index, length)
+    return tuple(
+        ops.cond(
+            ops.equal(target, i),
+            lambda chunk=chunk, i=i: _write_cache(chunk, new, index - i * length),
+            lambda chunk=chunk: chunk,
+        )
+        for i, chunk in enumerate(chunks)
+    )
+
+
+def cache_length(cache):
+    """Positions of a head-major cache tensor, or of a tuple of equal chunks."""
+    if isinstance(cache, (tuple, list)):
+        return len(cache) * cache_length(cache[0])
+    length = cache.shape[2]
+    return ops.shape(cache)[2] if length is None else length
 
 
 def _matmul_2d(x, kernel, contract, bias=None):
@@ -142,7 +181,10 @@ class MultiHeadAttention(keras.layers.Layer):
         cache: a `(key, value)` pair of projected tensors, head-major
             `(B, h, S_max, d)` (the layout the attention matmuls read without
             a transpose).  With `cache_update_index`, the new keys/values are
-            written at that position (self-attention decoding); without it,
+            written at that position (self-attention decoding); each of the
+            pair may then also be a tuple of `n` equal chunks `(B, h, S_max /
+            n, d)` along positions, of which a step writes only one (see
+            `Transformer.init_cache`); without `cache_update_index`,
             the cache is used as the projected keys/values (precomputed
             cross-attention, see `project_key_value(..., heads_first=True)`).
             A precomputed cache may have fewer rows than the query: with
@@ -351,7 +393,7 @@ class MultiHeadAttention(keras.layers.Layer):
         heads_first = cache is not None  # k, v: (B, h, S, d)
         mask = merge_attention_masks(
             q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset,
-            key_length=ops.shape(k)[2] if heads_first else None,
+            key_length=cache_length(k) if heads_first else None,
         )
 
         def dropout_fn(w):

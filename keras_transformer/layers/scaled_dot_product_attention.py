@@ -43,6 +43,8 @@ def scaled_dot_product_attention(
         heads_first: keys and values are head-major, the layout the batched
             matmuls read without a transpose (a decoding cache, read every
             step: transposing it each time cost more than the matmuls).
+            Each may then also be a tuple of equal chunks along S (a chunked
+            decoding cache), read chunk by chunk without joining them.
 
     Returns:
         `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
@@ -52,7 +54,9 @@ def scaled_dot_product_attention(
     # Scale the queries, not the scores: T*d_k multiplies instead of T*S.
     query = ops.multiply(query, ops.cast(scale, query.dtype))
     if heads_first:
-        scores = ops.einsum("bthd,bhsd->bhts", query, key)  # (B, H, T, S)
+        keys = key if isinstance(key, (tuple, list)) else (key,)
+        scores = [ops.einsum("bthd,bhsd->bhts", query, k) for k in keys]
+        scores = scores[0] if len(keys) == 1 else ops.concatenate(scores, axis=-1)
     else:
         # Head-major operands: both batched matmuls (and their gradients)
         # then read (B, H) as leading batch axes; the einsums over (B, S, H,
@@ -65,10 +69,16 @@ def scaled_dot_product_attention(
     if mask is not None and len(mask.shape) == 3:
         mask = ops.expand_dims(mask, 1)  # (B, 1, T, S)
     weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
-    dropped = ops.cast(weights if dropout_fn is None else dropout_fn(weights), value.dtype)
+    dropped = weights if dropout_fn is None else dropout_fn(weights)
     if heads_first:
-        output = ops.einsum("bhts,bhsd->bthd", dropped, value)  # (B, T, H, d_v)
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        dropped = ops.cast(dropped, values[0].dtype)
+        parts = [dropped] if len(values) == 1 else ops.split(dropped, len(values), -1)
+        output = ops.einsum("bhts,bhsd->bthd", parts[0], values[0])  # (B, T, H, d_v)
+        for part, chunk in zip(parts[1:], values[1:], strict=True):
+            output = output + ops.einsum("bhts,bhsd->bthd", part, chunk)
     else:
+        dropped = ops.cast(dropped, value.dtype)
         output = ops.einsum("bhts,bhsd->bhtd", dropped, value)  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
     return output, weights
@@ -123,12 +133,15 @@ def additive_attention(
         mask: optional boolean `(B, T, S)`, `True` where attention is allowed.
         dropout_fn: optional callable applied to the attention weights.
         heads_first: keys and values are head-major (a decoding cache); the
-            queries are moved to that layout instead of the whole cache.
+            queries are moved to that layout instead of the whole cache.  A
+            chunked cache (tuples of chunks along S) is joined first.
 
     Returns:
         `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
     """
     if heads_first:
+        if isinstance(key, (tuple, list)):  # a chunked cache, joined
+            key, value = ops.concatenate(key, axis=2), ops.concatenate(value, axis=2)
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, d_k)
         hidden = ops.tanh(
             ops.expand_dims(query, 3) + ops.expand_dims(key, 2)

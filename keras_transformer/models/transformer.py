@@ -12,7 +12,11 @@ from keras_transformer.layers.token_and_position_embedding import (
 )
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_transformer.layers.validation import check_divisible, check_token_ids
+from keras_transformer.layers.validation import (
+    check_divisible,
+    check_positive_int,
+    check_token_ids,
+)
 from keras_transformer.models._xla_dropout import XLADropoutMixin
 from keras_transformer.models.transformer_config import TransformerConfig, get_preset
 
@@ -163,13 +167,34 @@ class Transformer(XLADropoutMixin, keras.Model):
     #: since cross-attention shares a cache row among consecutive query rows.
     static_cache_entries = ("cross_key", "cross_value", "encoder_padding_mask")
 
-    def init_cache(self, encoder_token_ids, encoder_output, max_length):
+    #: Chunks of the self-attention cache when `beam_search` decodes (it
+    #: passes `init_cache(..., chunks=beam_cache_chunks)`).  In a TensorFlow
+    #: graph, 2 made beam 4 at batch 32 1.10x faster (its 128 rows' cache
+    #: copies halve) but not greedy search (0.98x: its copies are 4x
+    #: smaller, and each chunk is one more batched matmul per layer); under
+    #: XLA, which writes the cache in place, 2 leaves beam as fast and makes
+    #: greedy 1.1x slower.  So greedy keeps one tensor
+    #: (`benchmarks/ablate_cache_chunks.py [--xla]`).
+    beam_cache_chunks = 2
+
+    def init_cache(self, encoder_token_ids, encoder_output, max_length, chunks=1):
         """Key/value cache for decoding up to `max_length` target positions.
 
         The cross-attention keys/values are projected once here; each
         `decode_step` then costs one position.  Every entry has the batch on
         axis 0 so that beam search can tile and reorder it.
+
+        `chunks` cuts each self-attention key/value cache along positions into
+        that many equal tensors (together at least `max_length` positions;
+        those past it are never reached).  A step writes one chunk and reads
+        all of them: outside XLA every write copies the tensor written to, so
+        a step then copies a chunk instead of the whole cache, at the price of
+        one more batched matmul per chunk.
         """
+        check_positive_int("chunks", chunks)
+        if isinstance(max_length, int):
+            chunks = min(chunks, max(max_length, 1))
+        length = (max_length + chunks - 1) // chunks  # per chunk; an int or a scalar
         batch = ops.shape(encoder_output)[0]
         cache = {
             "self_key": [], "self_value": [], "cross_key": [], "cross_value": [],
@@ -179,12 +204,14 @@ class Transformer(XLADropoutMixin, keras.Model):
             attention = block.self_attention
             for name, width in (("self_key", attention._head_key_dim),
                                 ("self_value", attention._head_value_dim)):
-                cache[name].append(
+                parts = tuple(
                     ops.zeros(
-                        (batch, self.config.num_heads, max_length, width),
+                        (batch, self.config.num_heads, length, width),
                         dtype=self.compute_dtype,
                     )
-                )  # (B, h, T_max, d): head-major, read without a transpose
+                    for _ in range(chunks)
+                )  # (B, h, T_max / chunks, d): head-major, read without a transpose
+                cache[name].append(parts[0] if chunks == 1 else parts)
             key, value = block.cross_attention.project_key_value(
                 encoder_output, heads_first=True
             )
@@ -258,11 +285,7 @@ class Transformer(XLADropoutMixin, keras.Model):
 
 def _validate(c):
     """Reject impossible sizes before any layer is built."""
-    from keras_transformer.layers.validation import (
-        check_choice,
-        check_positive_int,
-        check_rate,
-    )
+    from keras_transformer.layers.validation import check_choice, check_rate
 
     for name in ("vocabulary_size", "num_layers", "hidden_dim", "num_heads",
                  "intermediate_dim", "max_sequence_length"):
