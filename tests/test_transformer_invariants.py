@@ -216,3 +216,9 @@ def test_mixed_bfloat16_close_to_float32(model, bfloat16_model):
         got, want, rtol=0, atol=BFLOAT16_MAX_TOLERANCE * np.abs(want).max()
     )
     assert getattr(out, "_keras_mask", None) is None
+
+
+def test_init_cache_rejects_a_bad_chunk_count(model):
+    memory = model.encode(SOURCE)
+    with pytest.raises(ValueError, match="chunks=0"):
+        model.init_cache(SOURCE, memory, max_length=4, chunks=0)
