@@ -5,35 +5,15 @@ from keras import ops
 
 from keras_transformer.decoding._common import (
     NEG_INF,
+    flat_row_indices,
     gnmt_length_penalty,
     resolve_max_length,
+    take_per_row,
     top_k_log_probs,
     write_position,
 )
-from keras_transformer.layers._shapes import leading_shape
 from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
-
-
-def _flat_beam_indices(beam_indices, beams):
-    """Rows of a `(B * beams, ...)` tensor: `(B, K)` beam indices -> `(B * K,)`."""
-    batch = ops.shape(beam_indices)[0]
-    offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beams, 1)  # (B, 1)
-    return ops.reshape(ops.cast(beam_indices, "int32") + offsets, (-1,))  # (B * K,)
-
-
-def _gather_beams(x, beam_indices):
-    """`x` `(B, K_old, L)` at `beam_indices` `(B, K_new)` -> `(B, K_new, L)`.
-
-    One `take` of rows of the flattened `(B * K_old, L)`: TensorFlow's
-    `take_along_axis` broadcasts the indices to `x`'s shape and transposes
-    around a batched gather, which costs more than the gather itself here.
-    """
-    batch, old, width = leading_shape(x, 3)
-    new = leading_shape(beam_indices, 2)[1]
-    rows = _flat_beam_indices(beam_indices, old)  # (B * K_new,)
-    flat = ops.reshape(x, (batch * old, width))  # (B * K_old, L)
-    return ops.reshape(ops.take(flat, rows, axis=0), (batch, new, width))
 
 
 def _map_per_beam(fn, cache, static_entries):
@@ -195,16 +175,15 @@ def beam_search(
         log_probs = ops.reshape(log_probs, (batch, k * c))  # beam-major
         top_log_probs, top = ops.top_k(log_probs, 2 * k)  # (B, 2k), best first
         top_beams = ops.floor_divide(top, c)  # (B, 2k)
-        top_tokens = _gather_beams(ops.reshape(tokens, (batch, k * c, 1)), top)
-        top_tokens = ops.reshape(top_tokens, (batch, 2 * k))  # (B, 2k) int32
-        top_ids = _gather_beams(alive_ids, top_beams)  # (B, 2k, L + 1)
+        top_tokens = take_per_row(ops.reshape(tokens, (batch, k * c)), top)  # (B, 2k)
+        top_ids = take_per_row(alive_ids, top_beams)  # (B, 2k, L + 1)
         top_ids = write_position(top_ids, index + 1, top_tokens)
         ends = ops.equal(top_tokens, end_id)  # (B, 2k)
 
         # The best k extensions that do not end stay alive; the cache follows.
         alive_candidates = ops.where(ends, NEG_INF, top_log_probs)
         alive_log_probs, keep = ops.top_k(alive_candidates, k)  # (B, k)
-        rows = _flat_beam_indices(ops.take_along_axis(top_beams, keep, axis=1), k)
+        rows = flat_row_indices(take_per_row(top_beams, keep), k)  # (B * k,)
         cache = _reorder_cache(cache, rows, static_entries)
 
         # Extensions that end inside the beam (the top k) join the finished
@@ -217,9 +196,9 @@ def beam_search(
         finished_ids = ops.concatenate([state["finished_ids"], top_ids], axis=1)
         return {
             "index": index + 1,
-            "alive_ids": _gather_beams(top_ids, keep),  # (B, k, L + 1)
+            "alive_ids": take_per_row(top_ids, keep),  # (B, k, L + 1)
             "alive_log_probs": alive_log_probs,
-            "finished_ids": _gather_beams(finished_ids, best),  # (B, k, L + 1)
+            "finished_ids": take_per_row(finished_ids, best),  # (B, k, L + 1)
             "finished_scores": finished_scores,
             "cache": cache,
         }
