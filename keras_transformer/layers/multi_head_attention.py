@@ -65,9 +65,7 @@ def _write_chunks(chunks, new, index):
     step copies `1 / n` of the cache instead of all of it.  Several positions
     (a prompt) are written through the whole cache, once.
     """
-    length = chunks[0].shape[2]
-    if length is None:
-        length = ops.shape(chunks[0])[2]
+    length = cache_length(chunks[0])
     if new.shape[1] != 1:
         whole = _write_cache(ops.concatenate(chunks, axis=2), new, index)
         return tuple(ops.split(whole, len(chunks), axis=2))
@@ -86,8 +84,7 @@ def cache_length(cache):
     """Positions of a head-major cache tensor, or of a tuple of equal chunks."""
     if isinstance(cache, (tuple, list)):
         return len(cache) * cache_length(cache[0])
-    length = cache.shape[2]
-    return ops.shape(cache)[2] if length is None else length
+    return leading_shape(cache, 3)[2]
 
 
 def _matmul_2d(x, kernel, contract, bias=None):
