@@ -7,12 +7,16 @@
     python -m training evaluate --run-dir runs/toy
     python -m training presets
     python -m training train --help              # every config field, documented
+
+A bad config value, data file or model size prints `error: <message>` and
+exits with 2; `--debug` shows the traceback instead.
 """
 
 import argparse
 import json
 import sys
 
+from training.cli_errors import add_debug_flag, run_reporting_errors
 from training.config_help import fields_help, presets_help
 
 
@@ -45,13 +49,18 @@ def _parser():
     add_run_args(main, "toy", "runs/main")
     evaluate = sub.add_parser("evaluate", help="print a finished run's metrics")
     evaluate.add_argument("--run-dir", required=True)
-    sub.add_parser("presets", help="list the config presets, one line each")
+    presets = sub.add_parser("presets", help="list the config presets, one line each")
+    add_debug_flag(parser, (train, main, evaluate, presets))
     return parser
 
 
 def main(argv=None):
     """Parses `argv` (default `sys.argv[1:]`) and runs the command; returns the exit status."""
     args = _parser().parse_args(argv)
+    return run_reporting_errors(lambda: _run(args), debug=args.debug)
+
+
+def _run(args):
     if args.command == "presets":
         print(presets_help())
         return 0
@@ -63,11 +72,7 @@ def main(argv=None):
         return 0
     from training.config import load_config
 
-    try:
-        config = load_config(args.config, args.set)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    config = load_config(args.config, args.set)
     if args.command == "train":
         if not args.run_dir:
             print("error: --run-dir is required", file=sys.stderr)
