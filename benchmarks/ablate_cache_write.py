@@ -2,7 +2,7 @@
 
 Same model and 32 sentences as `bench_decoding.py`, graph mode (no XLA),
 interleaved rounds in one process: greedy at 32/64/128 new tokens and beam 4
-at 64, each traced once with `multi_head_attention._write_cache` as shipped
+at 64, each traced once with `kv_cache.write_cache` as shipped
 and once with the `slice_update` it replaced.  Checks that both give the
 same tokens, then prints per-token cost 128 vs 32 and beam4/greedy for each.
 
@@ -15,15 +15,19 @@ import numpy as np
 from bench_decoding import SIZES, cached_beam, cached_greedy, source_batch
 from keras import ops
 
-import keras_transformer.layers.multi_head_attention as mha
+from keras_transformer.layers import kv_cache
 from keras_transformer.models import Transformer
 
 
 def slice_write(cache, new, index):
     """The write before: `slice_update` (slower than the scatter in TF graphs).
 
-    Into the head-major `(B, h, S_max, d)` cache, as the shipped write.
+    Into the head-major `(B, h, S_max, d)` cache, as the shipped write.  A
+    cache in position chunks (beam search's) goes through the shipped
+    chunking, which calls this write for the chunk it picks.
     """
+    if isinstance(cache, (tuple, list)):
+        return kv_cache._write_chunks(tuple(cache), new, index)
     new = ops.transpose(ops.cast(new, cache.dtype), (0, 2, 1, 3))  # (B, h, T, d)
     return ops.slice_update(cache, [0, 0, index, 0], new)
 
@@ -34,16 +38,16 @@ def main():
     keras.utils.set_random_seed(0)
     model = Transformer(**SIZES)
     source = source_batch(8 if args.quick else 32)
-    shipped = mha._write_cache
+    shipped = kv_cache.write_cache
     fns = {}
     for tag, write in (("slice", slice_write), ("scatter", shipped)):
-        mha._write_cache = write  # read when a function is traced (its first call)
+        kv_cache.write_cache = write  # read when a function is traced (its first call)
         for n in (32, 64, 128):
             fns[f"{tag}_greedy_{n}"] = cached_greedy(model, n)
             fns[f"{tag}_greedy_{n}"](source)
         fns[f"{tag}_beam_64"] = cached_beam(model, 64)
         fns[f"{tag}_beam_64"](source)
-    mha._write_cache = shipped
+    kv_cache.write_cache = shipped
     for name in ("greedy_128", "beam_64"):
         same = np.array_equal(fns[f"slice_{name}"](source).numpy(),
                               fns[f"scatter_{name}"](source).numpy())

@@ -8,14 +8,16 @@ python -m export verify --run-dir runs/toy --saved-model exports/toy/1 [--tflite
 
 Each subcommand loads the run (`training.run_dir.load_run`) and calls one
 library function; `verify` prints its report as JSON and exits with 1 when
-the export disagrees with the Keras model.
+the export disagrees with the Keras model.  A missing run, an existing
+output or a bad argument prints `error: <message>` and exits with 2;
+`--debug` shows the traceback instead.
 """
 
 import argparse
 import json
-import sys
 
 from export import QUANTIZATIONS
+from training.cli_errors import add_debug_flag, run_reporting_errors
 
 
 def _load_run(run_dir):
@@ -108,6 +110,7 @@ def build_parser():
         "--tflite", default=None, help="Optional .tflite file to check."
     )
     verify.set_defaults(handler=_verify)
+    add_debug_flag(parser, (saved_model, tflite, verify))
     return parser
 
 
@@ -118,8 +121,4 @@ def main(argv=None):
         The process exit status.
     """
     args = build_parser().parse_args(argv)
-    try:
-        return args.handler(args)
-    except (FileExistsError, FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(lambda: args.handler(args), debug=args.debug)

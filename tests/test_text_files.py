@@ -68,6 +68,17 @@ def test_read_parallel_aligned_misaligned_and_empty(tmp_path):
         read_parallel(src, empty)
 
 
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_read_parallel_rejects_an_empty_side_naming_file_and_line(tmp_path, side):
+    lines = {"source": b"a\nb\nc\n", "target": b"A\nB\nC\n"}
+    lines[side] = lines[side].replace(b"b\n" if side == "source" else b"B\n", b" \n")
+    src = _write(tmp_path / "x.en", lines["source"])
+    tgt = _write(tmp_path / "x.de", lines["target"])
+    name = "x.en" if side == "source" else "x.de"
+    with pytest.raises(ValueError, match=rf"{side}_path=.*{name}.* line 2 is empty"):
+        read_parallel(src, tgt)
+
+
 def test_read_tsv_pairs_ignores_extra_columns_and_blank_lines(tmp_path):
     path = _write(tmp_path / "pairs.tsv", b"Go.\tGeh.\tCC-BY 2.0\n\nHi.\tHallo!\n")
     assert read_tsv_pairs(path) == (["Go.", "Hi."], ["Geh.", "Hallo!"])
@@ -90,6 +101,12 @@ def test_read_classification_unknown_label_names_label_and_line(tmp_path):
     path = _write(tmp_path / "cls.txt", b"pos good\nneutral meh\n")
     with pytest.raises(ValueError, match=r"cls\.txt.*line 2.*'neutral'"):
         read_classification(path, label_names=["neg", "pos"])
+
+
+def test_read_classification_rejects_an_empty_label_naming_file_and_line(tmp_path):
+    path = _write(tmp_path / "cls.tsv", b"pos\tgood\n\n \tno label\n")
+    with pytest.raises(ValueError, match=r"cls\.tsv.*line 3 has an empty label"):
+        read_classification(path)
 
 
 def test_read_ucr_separators_and_label_remapping(tmp_path):

@@ -6,11 +6,18 @@
     python -m training train --config sst2 --run-dir runs/sst2 --set model.num_layers=4
     python -m training evaluate --run-dir runs/toy
     python -m training presets
+    python -m training train --help              # every config field, documented
+
+A bad config value, data file or model size prints `error: <message>` and
+exits with 2; `--debug` shows the traceback instead.
 """
 
 import argparse
 import json
 import sys
+
+from training.cli_errors import add_debug_flag, run_reporting_errors
+from training.config_help import fields_help, presets_help
 
 
 def _parser():
@@ -31,24 +38,31 @@ def _parser():
                        help="replace an existing run directory")
         p.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
 
-    train = sub.add_parser("train", help="train (or resume) a run")
+    # The config fields, read from TrainingConfig's source, close `--help`.
+    documented = dict(epilog=fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    train = sub.add_parser("train", help="train (or resume) a run", **documented)
     add_run_args(train, "toy", None)
     main = sub.add_parser(
-        "main", help="the main job: generate data, train, evaluate, export, serve one request"
-    )
+        "main", help="the main job: generate data, train, evaluate, export, serve one request",
+        **documented,
+    )  # fmt: skip
     add_run_args(main, "toy", "runs/main")
     evaluate = sub.add_parser("evaluate", help="print a finished run's metrics")
     evaluate.add_argument("--run-dir", required=True)
-    sub.add_parser("presets", help="list the config presets")
+    presets = sub.add_parser("presets", help="list the config presets, one line each")
+    add_debug_flag(parser, (train, main, evaluate, presets))
     return parser
 
 
 def main(argv=None):
+    """Parses `argv` (default `sys.argv[1:]`) and runs the command; returns the exit status."""
     args = _parser().parse_args(argv)
-    if args.command == "presets":
-        from training.config import available_presets
+    return run_reporting_errors(lambda: _run(args), debug=args.debug)
 
-        print("\n".join(available_presets()))
+
+def _run(args):
+    if args.command == "presets":
+        print(presets_help())
         return 0
     if args.command == "evaluate":
         from training.run_dir import load_run
@@ -58,11 +72,7 @@ def main(argv=None):
         return 0
     from training.config import load_config
 
-    try:
-        config = load_config(args.config, args.set)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    config = load_config(args.config, args.set)
     if args.command == "train":
         if not args.run_dir:
             print("error: --run-dir is required", file=sys.stderr)

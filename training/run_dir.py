@@ -10,17 +10,123 @@ RUN/
   logs/                  TensorBoard: train/, validation/, attention/, hparams
   model.keras            the final (optionally averaged) model
   metrics.json           final validation and test figures
+  .lock                  held by the one process training the run (RunDirLock)
 ```
 """
 
+from __future__ import annotations
+
 import dataclasses
+import datetime
+import fcntl
 import json
 import os
 import shutil
-
-import keras
+import socket
+from typing import TYPE_CHECKING
 
 from training.config import TrainingConfig
+
+if TYPE_CHECKING:  # imported in load_run: the lock and the CLI stay light
+    import keras
+
+#: The lock file of a run directory, kept by `prepare_run_dir --overwrite`.
+LOCK_NAME = ".lock"
+
+
+class RunDirInUseError(OSError):
+    """Another live process holds the run directory's lock."""
+
+
+class RunDirLock:
+    """One process per run directory: an exclusive lock on `RUN/.lock`.
+
+    Two processes training into one directory would interleave checkpoints
+    and overwrite each other's `model.keras`; the second one fails at once
+    instead, naming the process that holds the directory.  The lock is an
+    `fcntl.flock` on the open file, which the kernel drops when the holder
+    exits in any way (`SIGKILL` included), so a lock left by a killed run
+    never blocks its resume: the next process simply takes it over.  The
+    file itself stays, holding the pid, host and start time of the last
+    holder as JSON (read only to word the error).
+
+    A lock is held per open file, so a second `RunDirLock` on the same
+    directory fails in the same process too.
+
+    Args:
+        run_dir: The run directory; created if missing.
+
+    Example:
+    >>> with RunDirLock("runs/toy"):
+    ...     train(...)
+
+    Raises:
+        RunDirInUseError: On entering, if another process holds the lock.
+    """
+
+    def __init__(self, run_dir):
+        self.run_dir = os.fspath(run_dir)
+        self.path = os.path.join(self.run_dir, LOCK_NAME)
+        self._fd = None
+
+    def acquire(self):
+        """Take the lock or raise `RunDirInUseError`; returns self."""
+        if self._fd is not None:
+            raise RuntimeError(f"RunDirLock({self.run_dir!r}) is already held.")
+        os.makedirs(self.run_dir, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirInUseError(
+                f"run_dir={self.run_dir!r} is in use by {holder}; a run directory "
+                "takes one training process at a time. Wait for that process to "
+                "end (or stop it: a killed run's lock is taken over on resume), "
+                "or choose another --run-dir."
+            ) from None
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self):
+        """Drop the lock (also done by the kernel when the process dies)."""
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)  # before unlocking: the next holder writes its own
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc_info):
+        self.release()
+
+
+def _read_holder(fd):
+    """'process PID on HOST (since TIME)' from the lock file, as far as written."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except ValueError:
+        holder = {}
+    if "pid" not in holder:  # the holder has not written its name yet
+        return "another process"
+    since = f", since {holder['since']}" if holder.get("since") else ""
+    return f"process {holder['pid']} on host {holder.get('host', '?')!r}{since}"
+
+
+def _run_files(run_dir):
+    """The entries of `run_dir` other than its lock file."""
+    return [name for name in os.listdir(run_dir) if name != LOCK_NAME]
 
 
 def prepare_run_dir(run_dir, config, overwrite=False):
@@ -28,13 +134,20 @@ def prepare_run_dir(run_dir, config, overwrite=False):
 
     An existing run directory is reused only with an identical config (so a
     killed run resumes by repeating its command); otherwise nothing is
-    touched unless `overwrite=True`.
+    touched unless `overwrite=True`.  The lock file (`RunDirLock`) does not
+    count as content and survives `overwrite`: the process replacing the run
+    keeps holding it.
     """
     run_dir = os.fspath(run_dir)
     config_path = os.path.join(run_dir, "config.json")
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
+    if os.path.isdir(run_dir) and _run_files(run_dir):
         if overwrite:
-            shutil.rmtree(run_dir)
+            for name in _run_files(run_dir):
+                path = os.path.join(run_dir, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
         elif not os.path.isfile(config_path):
             raise FileExistsError(
                 f"run_dir={run_dir!r} exists and is not a run directory; "
@@ -79,6 +192,8 @@ class Run:
 
 def load_run(run_dir):
     """Load a finished run: model, tokenizer, labels, config and metrics."""
+    import keras
+
     import keras_transformer  # noqa: F401  (registers the serializable classes)
     import training.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
 

@@ -86,7 +86,9 @@ def read_parallel(source_path, target_path, encoding="utf-8"):
 
     Raises:
         FileNotFoundError: If either file is missing.
-        ValueError: If a file is empty or the line counts differ.
+        ValueError: If a file is empty, the line counts differ, or a line of
+            either file is blank (an empty side of a pair); the message names
+            the file and the 1-based line number.
     """
     sources = read_lines(source_path, encoding=encoding)
     targets = read_lines(target_path, encoding=encoding)
@@ -102,6 +104,20 @@ def read_parallel(source_path, target_path, encoding="utf-8"):
             f"source_path={os.fspath(source_path)!r} has {len(sources)} lines but "
             f"target_path={os.fspath(target_path)!r} has {len(targets)} lines."
         )
+    # A blank side would train the model to translate a sentence into nothing
+    # (or nothing into a sentence); it is usually a line lost or added by an
+    # editor, and everything after it in that file is then shifted by one.
+    for line_number, (source, target) in enumerate(zip(sources, targets, strict=True), start=1):
+        for name, path, line, other in (
+            ("source_path", source_path, source, target),
+            ("target_path", target_path, target, source),
+        ):
+            if not line.strip():
+                raise ValueError(
+                    f"read_parallel: {name}={os.fspath(path)!r} line {line_number} "
+                    f"is empty (the other side reads {other[:80]!r}); every line "
+                    "must hold a sentence."
+                )
     return sources, targets
 
 
@@ -167,7 +183,8 @@ def read_classification(path, label_names=None, encoding="utf-8"):
 
     Raises:
         FileNotFoundError: If `path` is missing.
-        ValueError: If a label is not in `label_names`, or there are no lines.
+        ValueError: If a label is empty or not in `label_names`, or there are
+            no lines; the message names the file and the line.
     """
     rows = []
     for line_number, line in enumerate(read_lines(path, encoding=encoding), start=1):
@@ -176,6 +193,11 @@ def read_classification(path, label_names=None, encoding="utf-8"):
         if "\t" in line:
             label, text = line.split("\t", 1)
             label = label.strip()
+            if not label:
+                raise ValueError(
+                    f"read_classification: path={os.fspath(path)!r} line {line_number} "
+                    f"has an empty label before the tab: {line[:80]!r}"
+                )
         else:
             parts = line.strip().split(None, 1)
             label, text = parts[0], parts[1] if len(parts) > 1 else ""

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.layers import kv_cache
 from keras_transformer.layers._shapes import leading_shape
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import merge_attention_masks
@@ -20,71 +21,6 @@ from keras_transformer.layers.validation import (
 )
 
 SCORERS = ("dot", "additive")
-
-
-def _write_cache(cache, new, index):
-    """Head-major `cache` `(B, h, S_max, d)` with `new` `(B, T, h, d)` at `index`.
-
-    `cache` may also be a tuple of equal position chunks (`_write_chunks`).
-
-    One position (a decoding step) is written with a scatter of `B * h` rows,
-    which costs less than a `slice_update` of the same position in a
-    TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
-    place there: the runtime copies the whole cache on every write, so a
-    step's write still grows with `S_max` (XLA updates it in place).
-    Several positions (a prompt) go through `slice_update`.
-    """
-    if isinstance(cache, (tuple, list)):
-        return _write_chunks(tuple(cache), new, index)
-    new = ops.cast(new, cache.dtype)
-    if new.shape[1] != 1:
-        return ops.slice_update(
-            cache, [0, 0, index, 0], ops.transpose(new, (0, 2, 1, 3))
-        )  # (B, h, T, d) at positions index..index+T-1
-    heads, width = cache.shape[1], cache.shape[3]
-    flat = ops.arange(ops.shape(cache)[0] * heads, dtype="int32")  # (B * h,)
-    indices = ops.stack(
-        [
-            ops.floor_divide(flat, heads),  # batch row
-            ops.mod(flat, heads),  # head
-            ops.full(ops.shape(flat), ops.cast(index, "int32"), "int32"),  # position
-        ],
-        axis=1,
-    )  # (B * h, 3)
-    # (B, 1, h, d) -> (B * h, d): row b * h + head, as `indices`; no transpose.
-    return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
-
-
-def _write_chunks(chunks, new, index):
-    """`_write_cache` into a cache cut along positions into equal chunks.
-
-    Chunk `i` of `n` holds positions `i * L` to `i * L + L - 1`.  One
-    position is written into its chunk only, under a `cond`: the other
-    chunks pass through untouched.  In a TensorFlow graph every write copies
-    the tensor written to (no op updates one in place outside XLA), so a
-    step copies `1 / n` of the cache instead of all of it.  Several positions
-    (a prompt) are written through the whole cache, once.
-    """
-    length = cache_length(chunks[0])
-    if new.shape[1] != 1:
-        whole = _write_cache(ops.concatenate(chunks, axis=2), new, index)
-        return tuple(ops.split(whole, len(chunks), axis=2))
-    target = ops.floor_divide(index, length)
-    return tuple(
-        ops.cond(
-            ops.equal(target, i),
-            lambda chunk=chunk, i=i: _write_cache(chunk, new, index - i * length),
-            lambda chunk=chunk: chunk,
-        )
-        for i, chunk in enumerate(chunks)
-    )
-
-
-def cache_length(cache):
-    """Positions of a head-major cache tensor, or of a tuple of equal chunks."""
-    if isinstance(cache, (tuple, list)):
-        return len(cache) * cache_length(cache[0])
-    return leading_shape(cache, 3)[2]
 
 
 def _matmul_2d(x, kernel, contract, bias=None):
@@ -106,28 +42,6 @@ def _matmul_2d(x, kernel, contract, bias=None):
     if bias is not None:
         out = out + ops.reshape(bias, (-1,))
     return ops.reshape(out, (*lead, *kernel.shape[contract:]))  # (B, T, ...)
-
-
-def _check_query_groups(query_rows, cache_rows):
-    """Raise unless `query_rows` is a multiple of `cache_rows` (where both are static)."""
-    if (
-        isinstance(query_rows, int)
-        and isinstance(cache_rows, int)
-        and (query_rows % cache_rows if cache_rows else query_rows)
-    ):
-        raise ValueError(
-            "A precomputed `cache` `(B, h, S, d)` is shared by groups of "
-            "consecutive query rows, so the query's batch must be a multiple "
-            f"of the cache's; received query batch {query_rows} and cache "
-            f"batch {cache_rows}."
-        )
-
-
-def _group_rows(mask, rows):
-    """A per-query `(B_q, T, ...)` mask as `(rows, B_q // rows * T, ...)`, or None."""
-    if mask is None:
-        return None
-    return ops.reshape(mask, (rows, -1, *ops.shape(mask)[2:]))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -373,24 +287,24 @@ class MultiHeadAttention(keras.layers.Layer):
             # become one row of g * T, so each cache row is read once.
             query_rows, query_length = ops.shape(q)[0], ops.shape(q)[1]
             cache_rows = ops.shape(k)[0]
-            _check_query_groups(query_rows, cache_rows)
+            kv_cache.check_query_groups(query_rows, cache_rows)
             q = ops.reshape(q, (cache_rows, -1, *ops.shape(q)[2:]))
-            query_mask = _group_rows(query_mask, cache_rows)
+            query_mask = kv_cache.group_rows(query_mask, cache_rows)
             if attention_mask is not None and len(attention_mask.shape) == 3:
-                attention_mask = _group_rows(attention_mask, cache_rows)
+                attention_mask = kv_cache.group_rows(attention_mask, cache_rows)
         else:
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
             k_cache, v_cache = cache
-            k = _write_cache(k_cache, k, cache_update_index)  # (B, h, S_max, d_k)
-            v = _write_cache(v_cache, v, cache_update_index)  # (B, h, S_max, d_v)
+            k = kv_cache.write_cache(k_cache, k, cache_update_index)  # (B, h, S_max, d_k)
+            v = kv_cache.write_cache(v_cache, v, cache_update_index)  # (B, h, S_max, d_v)
             cache = (k, v)
             causal_offset = cache_update_index
             key_mask = None  # cache slots past the causal frontier are masked causally
         heads_first = cache is not None  # k, v: (B, h, S, d)
         mask = merge_attention_masks(
             q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset,
-            key_length=cache_length(k) if heads_first else None,
+            key_length=kv_cache.cache_length(k) if heads_first else None,
         )
 
         def dropout_fn(w):
@@ -415,16 +329,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 heads_first=heads_first,
             )
         if query_rows is not None:  # back from groups of g * T to (B_q, T)
-            heads = ops.reshape(heads, (query_rows, query_length, *ops.shape(heads)[2:]))
+            heads = kv_cache.ungroup_rows(heads, query_rows, query_length)
             if return_attention_scores:
-                heads_n, keys = weights.shape[1], ops.shape(weights)[-1]
-                weights = ops.reshape(
-                    weights, (cache_rows, heads_n, -1, query_length, keys)
-                )  # (B_kv, h, g, T, S)
-                weights = ops.reshape(
-                    ops.transpose(weights, (0, 2, 1, 3, 4)),
-                    (query_rows, heads_n, query_length, keys),
-                )  # (B_q, h, T, S)
+                weights = kv_cache.ungroup_weights(
+                    weights, query_rows, query_length, cache_rows
+                )
         output = _matmul_2d(heads, self.output_kernel, 2, self.output_bias)  # (B, T, d_out)
         results = (output,)
         if return_attention_scores:

@@ -1,0 +1,120 @@
+"""The key/value cache of `MultiHeadAttention`: writing it and sharing it.
+
+Pure functions in `keras.ops`.  A cache tensor is head-major
+`(B, h, S_max, d)`, the layout the attention matmuls read without a
+transpose; a self-attention cache may also be a tuple of `n` equal chunks
+`(B, h, S_max / n, d)` along positions (`Transformer.init_cache(...,
+chunks=n)`), of which a decoding step writes only one.
+
+`MultiHeadAttention` calls `write_cache` through this module's namespace, so
+`benchmarks/ablate_cache_write.py` can swap in another write by assigning
+`kv_cache.write_cache`.
+"""
+
+from keras import ops
+
+from keras_transformer.layers._shapes import leading_shape
+
+
+def write_cache(cache, new, index):
+    """Head-major `cache` `(B, h, S_max, d)` with `new` `(B, T, h, d)` at `index`.
+
+    `cache` may also be a tuple of equal position chunks (`_write_chunks`).
+
+    One position (a decoding step) is written with a scatter of `B * h` rows,
+    which costs less than a `slice_update` of the same position in a
+    TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
+    place there: the runtime copies the whole cache on every write, so a
+    step's write still grows with `S_max` (XLA updates it in place).
+    Several positions (a prompt) go through `slice_update`.
+    """
+    if isinstance(cache, (tuple, list)):
+        return _write_chunks(tuple(cache), new, index)
+    new = ops.cast(new, cache.dtype)
+    if new.shape[1] != 1:
+        return ops.slice_update(
+            cache, [0, 0, index, 0], ops.transpose(new, (0, 2, 1, 3))
+        )  # (B, h, T, d) at positions index..index+T-1
+    heads, width = cache.shape[1], cache.shape[3]
+    flat = ops.arange(ops.shape(cache)[0] * heads, dtype="int32")  # (B * h,)
+    indices = ops.stack(
+        [
+            ops.floor_divide(flat, heads),  # batch row
+            ops.mod(flat, heads),  # head
+            ops.full(ops.shape(flat), ops.cast(index, "int32"), "int32"),  # position
+        ],
+        axis=1,
+    )  # (B * h, 3)
+    # (B, 1, h, d) -> (B * h, d): row b * h + head, as `indices`; no transpose.
+    return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
+
+
+def _write_chunks(chunks, new, index):
+    """`write_cache` into a cache cut along positions into equal chunks.
+
+    Chunk `i` of `n` holds positions `i * L` to `i * L + L - 1`.  One
+    position is written into its chunk only, under a `cond`: the other
+    chunks pass through untouched.  In a TensorFlow graph every write copies
+    the tensor written to (no op updates one in place outside XLA), so a
+    step copies `1 / n` of the cache instead of all of it.  Several positions
+    (a prompt) are written through the whole cache, once.
+    """
+    length = cache_length(chunks[0])
+    if new.shape[1] != 1:
+        whole = write_cache(ops.concatenate(chunks, axis=2), new, index)
+        return tuple(ops.split(whole, len(chunks), axis=2))
+    target = ops.floor_divide(index, length)
+    return tuple(
+        ops.cond(
+            ops.equal(target, i),
+            lambda chunk=chunk, i=i: write_cache(chunk, new, index - i * length),
+            lambda chunk=chunk: chunk,
+        )
+        for i, chunk in enumerate(chunks)
+    )
+
+
+def cache_length(cache):
+    """Positions of a head-major cache tensor, or of a tuple of equal chunks."""
+    if isinstance(cache, (tuple, list)):
+        return len(cache) * cache_length(cache[0])
+    return leading_shape(cache, 3)[2]
+
+
+def check_query_groups(query_rows, cache_rows):
+    """Raise unless `query_rows` is a multiple of `cache_rows` (where both are static)."""
+    if (
+        isinstance(query_rows, int)
+        and isinstance(cache_rows, int)
+        and (query_rows % cache_rows if cache_rows else query_rows)
+    ):
+        raise ValueError(
+            "A precomputed `cache` `(B, h, S, d)` is shared by groups of "
+            "consecutive query rows, so the query's batch must be a multiple "
+            f"of the cache's; received query batch {query_rows} and cache "
+            f"batch {cache_rows}."
+        )
+
+
+def group_rows(mask, rows):
+    """A per-query `(B_q, T, ...)` mask as `(rows, B_q // rows * T, ...)`, or None."""
+    if mask is None:
+        return None
+    return ops.reshape(mask, (rows, -1, *ops.shape(mask)[2:]))
+
+
+def ungroup_rows(heads, query_rows, query_length):
+    """Grouped `(B_kv, g * T, ...)` heads back to `(B_q, T, ...)`, `B_q = g * B_kv`."""
+    return ops.reshape(heads, (query_rows, query_length, *ops.shape(heads)[2:]))
+
+
+def ungroup_weights(weights, query_rows, query_length, cache_rows):
+    """Grouped weights `(B_kv, h, g * T, S)` back to `(B_q, h, T, S)`."""
+    heads, keys = weights.shape[1], ops.shape(weights)[-1]
+    weights = ops.reshape(
+        weights, (cache_rows, heads, -1, query_length, keys)
+    )  # (B_kv, h, g, T, S)
+    return ops.reshape(
+        ops.transpose(weights, (0, 2, 1, 3, 4)),
+        (query_rows, heads, query_length, keys),
+    )  # (B_q, h, T, S)

@@ -1,0 +1,209 @@
+"""The command lines' help and errors: `python -m training`, `python -m export`."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import export.cli
+from tests.conftest import REPO_ROOT
+from training import cli, config_help
+from training.config import CONFIG_DIR, TrainingConfig
+
+# The smallest toy run (as tests/test_training_run.py), for errors that come
+# from training itself.
+FAST = ["toy_train_size=40", "toy_eval_size=8", "eval_sentences=0", "epochs=1"]
+
+
+def _train(tmp_path, *overrides, config="tiny", run="run"):
+    argv = ["train", "--config", config, "--run-dir", str(tmp_path / run), "--verbose", "0"]
+    for item in overrides:
+        argv += ["--set", item]
+    return argv
+
+
+def _refused(capsys, argv, match, main=cli.main):
+    """Runs `main(argv)`; checks exit status 2 and one `error:` line naming `match`."""
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith("error: ") and match in err, err
+    assert "Traceback" not in err
+    return err
+
+
+# --- help -------------------------------------------------------------------
+
+
+def _help(capsys, argv):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_train_help_lists_every_config_field_with_default_and_comment(capsys):
+    text = _help(capsys, ["train", "--help"])
+    docs = {doc.name: doc for doc in config_help.field_docs()}
+    assert list(docs) == [f.name for f in dataclasses.fields(TrainingConfig)]
+    for field in dataclasses.fields(TrainingConfig):
+        default = (
+            field.default_factory()
+            if field.default is dataclasses.MISSING
+            else field.default
+        )
+        assert f"  {field.name}: " in text, field.name
+        assert f"= {json.dumps(default)}" in text.split(f"  {field.name}: ")[1].split("\n")[0]
+    groups = {doc.group: doc.comment for doc in docs.values() if doc.comment}
+    # The project's rule: a comment on every field (shared by a group).
+    assert {doc.group for doc in docs.values()} == set(groups)
+    for comment in groups.values():  # each comment, wrapped, is in the help
+        assert " ".join(comment.split()) in " ".join(text.split())
+
+
+def test_help_prints_the_values_validate_accepts(capsys):
+    text = _help(capsys, ["train", "--help"])
+    docs = {doc.name: doc for doc in config_help.field_docs()}
+    for name in ("task", "strategy", "precision", "dataset"):
+        line = next(li for li in text.splitlines() if li.startswith(f"  {name}: "))
+        for value in docs[name].choices:
+            assert value in line
+            extra = {"train_files": ("a", "b")} if value == "files" else {}
+            assert getattr(TrainingConfig().replace(**{name: value}, **extra), name) == value
+        with pytest.raises(ValueError, match=name):
+            TrainingConfig().replace(**{name: "not-a-choice"})
+    assert "files" in docs["dataset"].choices  # read from the literal in validate()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Documented:
+    # First line of a two-line comment,
+    # and its second line.
+    alpha: int = 1
+    # Two fields under one comment.
+    beta: str = "b"
+    gamma: tuple = ()
+    delta: dict = dataclasses.field(default_factory=lambda: {"k": 1})
+
+    def validate(self):
+        _choice("beta", self.beta, ("b", "c"))  # noqa: F821 (read, never run)
+
+
+def test_field_docs_read_comments_groups_types_and_choices():
+    docs = config_help.field_docs(_Documented)
+    assert [(d.name, d.type, d.default, d.choices, d.comment, d.group) for d in docs] == [
+        ("alpha", "int", 1, None, "First line of a two-line comment, and its second line.", 0),
+        ("beta", "str", "b", ("b", "c"), "Two fields under one comment.", 1),
+        ("gamma", "tuple", (), None, None, 1),
+        ("delta", "dict", {"k": 1}, None, None, 1),
+    ]
+    text = config_help.fields_help(_Documented, choices={"gamma": ("x",)})
+    assert "  gamma: tuple = []  {x}" in text  # an explicit table wins
+    assert "{b, c}" not in text
+
+
+def test_presets_prints_one_line_per_preset_file(capsys):
+    assert cli.main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    files = sorted(CONFIG_DIR.glob("*.json"))
+    assert [line.split()[0] for line in lines] == [p.stem for p in files]
+    for line, path in zip(lines, files, strict=True):
+        comment = json.loads(path.read_text())["_comment"]
+        description = line[len(path.stem) :].strip()
+        assert comment.startswith(description) and description.endswith(".")
+
+
+def test_first_sentence():
+    assert config_help.first_sentence("One (Table 3). Two.") == "One (Table 3)."
+    assert config_help.first_sentence("Path ../a.b; done. More") == "Path ../a.b; done."
+    assert config_help.first_sentence("No stop") == "No stop"
+
+
+# --- errors -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["epochs=0"], "epochs=0"),
+        (["no_such_key=1"], "no_such_key"),
+        (["strategy=warp_drive"], "warp_drive"),
+    ],
+)
+def test_bad_config_value_is_one_error_line(capsys, tmp_path, overrides, match):
+    _refused(capsys, _train(tmp_path, *overrides), match)
+
+
+def test_unknown_preset_and_missing_config_file(capsys, tmp_path):
+    _refused(capsys, _train(tmp_path, config="nonexistent"), "nonexistent")
+    _refused(capsys, _train(tmp_path, config=str(tmp_path / "gone.json")), "gone.json")
+
+
+def test_broken_config_json_is_one_error_line(capsys, tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"task": "translation",,}')
+    _refused(capsys, _train(tmp_path, config=str(broken)), "line 1")
+
+
+def test_bad_data_files_are_one_error_line(capsys, tmp_path):
+    src, tgt = tmp_path / "a.src", tmp_path / "a.tgt"
+    src.write_text("one\ntwo\nthree\n")
+    tgt.write_text("eins\nzwei\n")
+    files = f'train_files=["{src}", "{tgt}"]'
+    _refused(capsys, _train(tmp_path, *FAST, "dataset=files", files), "has 3 lines")
+    missing = f'train_files=["{tmp_path / "nope.src"}", "{tgt}"]'
+    _refused(capsys, _train(tmp_path, *FAST, "dataset=files", missing, run="run2"), "nope.src")
+
+
+def test_empty_label_line_is_refused_with_file_and_line(capsys, tmp_path):
+    data = tmp_path / "labels.tsv"
+    data.write_text("pos\tgood film\n\tno label here\n")
+    argv = _train(
+        tmp_path, *FAST, "task=classification", "dataset=files", f'train_files=["{data}"]'
+    )
+    err = _refused(capsys, argv, "labels.tsv")
+    assert "line 2" in err and "empty label" in err
+
+
+@pytest.mark.slow  # 10-20 s: the data pipeline is traced before the model is built
+def test_impossible_model_size_is_one_error_line(capsys, tmp_path):
+    argv = _train(tmp_path, *FAST, "model.hidden_dim=30", "model.num_heads=4")
+    _refused(capsys, argv, "hidden_dim=30")
+
+
+def test_evaluate_without_a_run_is_one_error_line(capsys, tmp_path):
+    _refused(capsys, ["evaluate", "--run-dir", str(tmp_path / "none")], "model.keras")
+
+
+def test_debug_lets_the_exception_through(tmp_path):
+    with pytest.raises(ValueError, match="epochs=0"):
+        cli.main(_train(tmp_path, "epochs=0") + ["--debug"])
+    with pytest.raises(ValueError, match="epochs=0"):
+        cli.main(["--debug"] + _train(tmp_path, "epochs=0"))
+
+
+def test_export_errors_are_one_error_line(capsys, tmp_path):
+    argv = ["saved-model", "--run-dir", str(tmp_path / "none"), "--output", str(tmp_path / "x")]
+    _refused(capsys, argv, "model.keras", main=export.cli.main)
+    with pytest.raises(FileNotFoundError):
+        export.cli.main(argv + ["--debug"])
+
+
+@pytest.mark.slow
+def test_real_process_exits_2_without_traceback(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    command = [sys.executable, "-m", "training", *_train(tmp_path, "epochs=0")]
+    result = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
+    assert result.returncode == 2, result.stderr
+    assert "error: `epochs` must be a positive integer" in result.stderr
+    assert "Traceback" not in result.stderr
+    debug = subprocess.run(
+        command + ["--debug"], env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert debug.returncode == 1 and "Traceback" in debug.stderr

@@ -1,0 +1,56 @@
+"""Errors a user can act on: one line on stderr and exit status 2, no traceback.
+
+A bad config value, a missing or malformed data file, or a model size that
+cannot be built (`hidden_dim` not divisible by `num_heads`) raises
+`ValueError` or an `OSError` (`FileNotFoundError`, `FileExistsError`, ...)
+whose message names the argument and the value.  The command lines of
+`training` and `export` print that message as `error: <message>` and exit
+with 2, the status argparse uses for a bad command line; `--debug` lets the
+exception through with its traceback.
+"""
+
+import argparse
+import sys
+
+#: Exceptions whose message is meant for the user.
+USER_ERRORS = (ValueError, OSError)
+#: Exit status of a command that was refused.
+USAGE_ERROR = 2
+
+
+def add_debug_flag(parser, subparsers=()):
+    """`--debug` on `parser` and on each subparser, before or after the command.
+
+    A subparser's default would overwrite the value parsed before the
+    command (`python -m training --debug train`), so only the top level has
+    a default.
+    """
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error"
+    )
+    for sub in subparsers:
+        sub.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show the traceback of an error",
+        )
+
+
+def run_reporting_errors(command, debug=False):
+    """`command()`, with a user error turned into `error: ...` and status 2.
+
+    Args:
+        command: A callable returning the exit status.
+        debug: Re-raise instead, so that the traceback is printed.
+
+    Returns:
+        The command's exit status, or `USAGE_ERROR`.
+    """
+    try:
+        return command()
+    except USER_ERRORS as error:
+        if debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_ERROR
