@@ -95,22 +95,22 @@ def test_mixed_precision_and_xla_runs_learn(precision, jit_compile, tmp_path, mo
     import training.train as train_module
 
     compiled = {}
-    build = train_module._build_and_compile
+    build = train_module._build
 
     def spy(*args, **kwargs):
-        model = build(*args, **kwargs)
-        compiled["optimizer"] = model.optimizer
-        compiled["policy"] = model.dtype_policy.name
-        return model
+        built = build(*args, **kwargs)
+        compiled["model"] = built[0]
+        compiled["policy"] = built[0].dtype_policy.name
+        return built
 
-    monkeypatch.setattr(train_module, "_build_and_compile", spy)
+    monkeypatch.setattr(train_module, "_build", spy)
     overrides = FAST + [
         "eval_sentences=0", "beam_size=1",
         f"precision={precision}", f"jit_compile={str(jit_compile).lower()}",
     ]
     metrics = train(load_config("tiny", overrides), tmp_path / "run", verbose=0)
     assert compiled["policy"] == precision
-    is_scaled = isinstance(compiled["optimizer"], keras.optimizers.LossScaleOptimizer)
+    is_scaled = isinstance(compiled["model"].optimizer, keras.optimizers.LossScaleOptimizer)
     assert is_scaled == (precision == "mixed_float16")
     losses = metrics["history"]["loss"] + [metrics["valid_loss"]]
     assert np.all(np.isfinite(losses)), losses

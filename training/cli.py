@@ -15,9 +15,13 @@ exits with 2; `--debug` shows the traceback instead.
 import argparse
 import json
 import sys
+import time
 
 from training.cli_errors import add_debug_flag, run_reporting_errors
 from training.config_help import fields_help, presets_help
+
+# A time budget counts from the command's start, imports included.
+STARTED_AT = time.time()
 
 
 def _parser():
@@ -79,7 +83,8 @@ def _run(args):
             return 2
         from training.train import train
 
-        metrics = train(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
+        metrics = train(config, args.run_dir, overwrite=args.overwrite,
+                        verbose=args.verbose, started_at=STARTED_AT)
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2,
                          ensure_ascii=False))
         return 0

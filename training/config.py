@@ -14,6 +14,14 @@ CONFIG_DIR = pathlib.Path(__file__).parent / "configs"
 TASKS = ("translation", "classification", "timeseries")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+SCHEDULES = ("auto", "paper")
+SELECTIONS = ("auto", "last", "average_last", "average_best")
+DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
+# The allowed values of every enumerated field (validate() and --help).
+CHOICES = {
+    "task": TASKS, "dataset": DATASETS, "strategy": STRATEGIES,
+    "precision": PRECISIONS, "schedule": SCHEDULES, "selection": SELECTIONS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +59,26 @@ class TrainingConfig:
     # Passes over the training data, and optional cap on steps per epoch.
     epochs: int = 10
     steps_per_epoch: int | None = None
-    # Section 5.3: warm-up steps of the rsqrt schedule, and its multiplier.
-    warmup_steps: int = 4000
+    # Learning-rate schedule: "auto" (linear warm-up, then linear decay to 0
+    # at the last planned update: every run ends annealed) or "paper"
+    # (Section 5.3: warm-up, then inverse square root; never anneals).
+    schedule: str = "auto"
+    # Peak learning rate of the "auto" schedule; None: from the model width
+    # and the batch (training/recipe.py).
+    learning_rate: float | None = None
+    # Warm-up updates; None: 4000 for "paper", and for "auto" a tenth of the
+    # planned updates, at least min(100, a quarter of them), at most 4000.
+    warmup_steps: int | None = None
+    # Multiplier of the "paper" schedule.
     learning_rate_scale: float = 1.0
+    # AdamW decoupled weight decay; None: 1e-4 for translation (fairseq's
+    # IWSLT recipe), 0.01 for classification.
+    weight_decay: float | None = None
+    # Wall-clock minutes for the whole command (vocabulary, data, training,
+    # validation, checkpoints, test evaluation); None: no budget, train for
+    # `epochs`. The number of updates is planned from the measured step time
+    # (recorded in plan.json, so a resumed run follows the same plan).
+    time_budget_minutes: float | None = None
     # Section 5.4: label smoothing epsilon_ls.
     label_smoothing: float = 0.1
     # Distribution: default, one_device, mirrored (local GPUs or logical
@@ -68,9 +93,17 @@ class TrainingConfig:
     deterministic: bool = False
     # Save a resumable checkpoint every this many steps (atomic, survives kill).
     checkpoint_every_steps: int = 200
-    # Keep the weights of the last k epochs; average them at the end (0: no).
+    # Keep the weights of the last k and of the best k epochs (by validation).
     keep_epoch_checkpoints: int = 5
+    # Final weights: "auto" picks whichever of the last weights, the average
+    # of the last k and the average of the best k validates best; "last",
+    # "average_last", "average_best" force one. average_last > 1 is the
+    # older spelling of "average_last" with k = average_last.
+    selection: str = "auto"
     average_last: int = 0
+    # Stop when the validation score has not improved for this many epochs
+    # (0: never stop early).
+    early_stopping_patience: int = 5
     # Evaluation: sentences decoded per epoch for validation BLEU (0: none),
     # the beam of the final test evaluation (Section 6.1: 4, alpha 0.6).
     eval_sentences: int = 200
@@ -105,16 +138,29 @@ class TrainingConfig:
 
     def validate(self):
         """Raise ValueError naming the field and the value, before any work."""
-        _choice("task", self.task, TASKS)
-        _choice("strategy", self.strategy, STRATEGIES)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("dataset", self.dataset, ("toy", "multi30k", "sst2", "ucr", "files"))
+        for name, choices in CHOICES.items():
+            _choice(name, getattr(self, name), choices)
         for name in ("vocabulary_size", "max_sequence_length", "tokens_per_batch",
-                     "batch_size", "epochs", "warmup_steps", "checkpoint_every_steps",
-                     "patch_length"):
+                     "batch_size", "epochs", "checkpoint_every_steps", "patch_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+        if self.warmup_steps is not None and (
+            not isinstance(self.warmup_steps, int) or self.warmup_steps <= 0
+        ):
+            raise ValueError(
+                f"`warmup_steps` must be a positive integer or null; received {self.warmup_steps!r}."
+            )
+        for name in ("learning_rate", "time_budget_minutes"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"`{name}` must be a positive number or null; received {name}={value!r}.")
+        if self.weight_decay is not None and not 0 <= self.weight_decay < 1:
+            raise ValueError(f"`weight_decay` must be in [0, 1) or null; received {self.weight_decay!r}.")
+        if self.early_stopping_patience < 0:
+            raise ValueError(
+                f"`early_stopping_patience` must be >= 0; received {self.early_stopping_patience!r}."
+            )
         if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
             raise ValueError(f"`steps_per_epoch` must be positive; received {self.steps_per_epoch!r}.")
         if not 0 <= self.label_smoothing < 1:

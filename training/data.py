@@ -75,22 +75,35 @@ def _translation(config, run_dir):
 
 
 def _classification(config):
+    folder = resolve_data_dir(config.data_dir) / "sentence-classification"
     if config.dataset == "sst2":
-        folder = resolve_data_dir(config.data_dir) / "sentence-classification"
         files = [folder / f"stsa.binary.{name}" for name in ("train", "dev", "test")]
+    elif config.dataset == "trec":
+        # No development split: every 10th training question validates.
+        files = [folder / "TREC.train.all", None, folder / "TREC.test.all"]
     elif config.dataset == "files":
         files = [config.train_files[0],
                  (config.valid_files or config.train_files)[0],
                  (config.test_files or config.valid_files or config.train_files)[0]]
     else:
         raise ValueError(
-            f"dataset={config.dataset!r} is not a text classification dataset; use sst2 or files."
+            f"dataset={config.dataset!r} is not a text classification dataset; "
+            "use sst2, trec or files."
         )
     texts, labels, names = text_files.read_classification(
         _require(files[0], "train file"), encoding=config.encoding
     )
     splits = [(texts, np.asarray(labels, "int32"))]
+    if files[1] is None:
+        held_out = np.arange(len(texts)) % 10 == 0
+        splits = [
+            ([t for t, h in zip(texts, held_out, strict=True) if h == side],
+             splits[0][1][held_out == side])
+            for side in (False, True)
+        ]
     for path, what in zip(files[1:], ("valid file", "test file"), strict=True):
+        if path is None:
+            continue
         t, y, _ = text_files.read_classification(
             _require(path, what), label_names=names, encoding=config.encoding
         )

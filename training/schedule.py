@@ -1,4 +1,14 @@
-"""The paper's learning-rate schedule and Adam settings (Section 5.3).
+"""Learning-rate schedules and the paper's Adam settings (Section 5.3).
+
+Two schedules:
+- `TransformerSchedule`, the paper's warm-up then inverse-square-root decay
+  (`schedule="paper"`), which never anneals: it is made for runs of a
+  hundred thousand updates.
+- `WarmupLinearSchedule` (`schedule="auto"`, the default of the recipes): a
+  linear warm-up to a peak, then a linear decay that reaches zero at the
+  last planned update, so a run of any length ends annealed.  Linear decay
+  to zero is what "Budgeted Training" (Li et al., ICLR 2020) found best
+  when the number of updates is fixed in advance, and a time budget fixes it.
 
 Vaswani et al. (2017) train with Adam (beta_1 = 0.9, beta_2 = 0.98,
 epsilon = 1e-9) and a learning rate that grows linearly for `warmup_steps`
@@ -101,6 +111,89 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "hidden_dim": self.hidden_dim,
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
+            "name": self.name,
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class WarmupLinearSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to `peak_learning_rate`, then linear decay to zero.
+
+    `lr(s) = peak * s / warmup` for `s <= warmup`, then
+    `peak * (total - s) / (total - warmup)`, clipped at 0, with `s = step + 1`
+    (the update about to be applied, counted from 1 like the paper's
+    `step_num`).  The last planned update, `s = total`, uses a learning rate
+    of 0: the run ends annealed whatever its length.
+
+    The plan (`warmup_steps`, `total_steps`) is kept in two non-trainable
+    float32 variables, so `set_plan` can fix it after training has started
+    (a time-budgeted run measures its step time first) without tracing the
+    train step again.
+
+    Args:
+        peak_learning_rate: float. The largest learning rate.
+        warmup_steps: int. Updates of the linear warm-up (at least 1).
+        total_steps: int. The planned number of updates (> warmup_steps).
+        name: str. Name of the schedule.
+
+    Example:
+
+    ```python
+    schedule = WarmupLinearSchedule(1e-3, warmup_steps=100, total_steps=2000)
+    optimizer = keras.optimizers.AdamW(schedule, beta_2=0.98, epsilon=1e-9)
+    ```
+    """
+
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps, name=None):
+        super().__init__()
+        if not peak_learning_rate > 0:
+            raise ValueError(
+                "`peak_learning_rate` must be positive. Received: "
+                f"peak_learning_rate={peak_learning_rate}"
+            )
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.name = name or "warmup_linear_schedule"
+        self._warmup = keras.Variable(1.0, dtype="float32", trainable=False, name="warmup")
+        self._total = keras.Variable(2.0, dtype="float32", trainable=False, name="total")
+        self.set_plan(warmup_steps, total_steps)
+
+    @property
+    def warmup_steps(self):
+        return int(keras.ops.convert_to_numpy(self._warmup))
+
+    @property
+    def total_steps(self):
+        return int(keras.ops.convert_to_numpy(self._total))
+
+    def set_plan(self, warmup_steps, total_steps):
+        """Fix the warm-up length and the number of updates (ints)."""
+        if int(warmup_steps) != warmup_steps or warmup_steps < 1:
+            raise ValueError(
+                "`warmup_steps` must be a positive integer. Received: "
+                f"warmup_steps={warmup_steps}"
+            )
+        if int(total_steps) != total_steps or total_steps <= warmup_steps:
+            raise ValueError(
+                "`total_steps` must be an integer larger than warmup_steps="
+                f"{warmup_steps}. Received: total_steps={total_steps}"
+            )
+        self._warmup.assign(float(warmup_steps))
+        self._total.assign(float(total_steps))
+
+    def __call__(self, step):
+        step_num = ops.cast(step, "float32") + 1.0
+        warmup = ops.convert_to_tensor(self._warmup)
+        total = ops.convert_to_tensor(self._total)
+        rising = step_num / warmup
+        falling = (total - step_num) / (total - warmup)
+        factor = ops.clip(ops.minimum(rising, falling), 0.0, 1.0)
+        return self.peak_learning_rate * factor
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
             "name": self.name,
         }
 

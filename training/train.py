@@ -6,6 +6,7 @@ model under the chosen `tf.distribute` strategy, `model.fit` with resumable
 checkpoints and TensorBoard, then average, save and evaluate.
 """
 
+import contextlib
 import json
 import os
 import time
@@ -15,9 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.models import Transformer, TransformerClassifier, get_preset
-from training import pipeline
+from training import budget, pipeline, recipe, selection
 from training.callbacks import LearningRateLogger, WallClockTimer
-from training.checkpoint_average import average_checkpoints
 from training.data import load_task_data
 from training.distribute import build_strategy
 from training.losses import (
@@ -32,8 +32,7 @@ from training.monitor import (
     write_hparams,
 )
 from training.resume import ResumableCheckpoint
-from training.run_dir import prepare_run_dir
-from training.schedule import paper_optimizer
+from training.run_dir import RunDirLock, prepare_run_dir
 from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
 
@@ -91,27 +90,40 @@ def _datasets(config, data, tokenizer, num_replicas):
     # seed from (seed, e)), so a resumed run's fresh iterator over
     # stream.skip(step) yields exactly the batches an uninterrupted run saw.
     # An "epoch" is steps_per_epoch batches of it: the size of one pass.
-    steps = config.steps_per_epoch or _batches_per_pass(stream, len(data.train[1]))
+    steps, batch_tokens = _first_pass(config, stream, len(data.train[1]))
+    steps = config.steps_per_epoch or steps
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
     valid = valid.apply(tf.data.experimental.assert_cardinality(_count(valid)))
-    return stream, steps, valid
+    return stream, steps, valid, batch_tokens
 
 
 def _count(dataset):
     return int(dataset.reduce(0, lambda n, _: n + 1))
 
 
-def _batches_per_pass(stream, num_examples):
-    """Batches in the first pass of `stream` (no batch spans two passes)."""
-    seen = 0
-    for steps, (_, labels) in enumerate(stream, start=1):
+def _first_pass(config, stream, num_examples):
+    """(batches in the first pass of `stream`, mean real tokens per batch).
+
+    Tokens are target tokens for translation, non-padding ids for text and
+    patches for series: what the learning rate's batch factor counts.
+    """
+    seen = tokens = 0
+    for steps, (inputs, labels) in enumerate(stream, start=1):
         seen += int(labels.shape[0])
+        if config.task == "translation":
+            tokens += int(np.count_nonzero(labels.numpy()))
+        elif config.task == "classification":
+            tokens += int(np.count_nonzero(inputs.numpy()))
+        else:
+            rows, length = inputs.shape[:2]
+            tokens += rows * -(-length // config.patch_length)
         if seen >= num_examples:
-            return steps
+            return steps, tokens / steps
 
 
-def _build_and_compile(config, tokenizer, data):
+def _build(config, tokenizer, data):
+    """(model, loss, metrics, d_model) for the configured task."""
     if config.task == "translation":
         model_config = _model_config(config, vocabulary_size=tokenizer.vocabulary_size)
         model = Transformer.from_config_object(model_config)
@@ -138,41 +150,60 @@ def _build_and_compile(config, tokenizer, data):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         hidden_dim = m.hidden_dim
-    optimizer = paper_optimizer(hidden_dim, config.warmup_steps, config.learning_rate_scale)
-    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
-    return model
+    return model, loss, metrics, hidden_dim
 
 
-def train(config, run_dir, overwrite=False, verbose=2):
-    """Train, evaluate and save; returns the metrics written to metrics.json."""
+def train(config, run_dir, overwrite=False, verbose=2, started_at=None):
+    """Train, evaluate and save; returns the metrics written to metrics.json.
+
+    `started_at` (a `time.time()` value) is when the command started; a
+    time budget counts from it (default: now).
+    """
+    watch = budget.Stopwatch(started_at)
     config.validate()
     strategy = build_strategy(config.strategy)  # fails early if it cannot be built
-    resumed = prepare_run_dir(run_dir, config, overwrite)
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    keras.config.set_dtype_policy(config.precision)
-    try:
-        return _train(config, os.fspath(run_dir), strategy, resumed, verbose)
-    finally:
-        keras.config.set_dtype_policy("float32")
+    # One process per run directory (multi-worker workers share it; the
+    # chief holds the lock).
+    with RunDirLock(run_dir) if _is_chief() else contextlib.nullcontext():
+        resumed = prepare_run_dir(run_dir, config, overwrite)
+        keras.utils.set_random_seed(config.seed)
+        if config.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        keras.config.set_dtype_policy(config.precision)
+        try:
+            return _train(config, os.fspath(run_dir), strategy, resumed, verbose, watch)
+        finally:
+            keras.config.set_dtype_policy("float32")
 
 
-def _train(config, run_dir, strategy, resumed, verbose):
-    data = load_task_data(config, run_dir)
+def _train(config, run_dir, strategy, resumed, verbose, watch):
+    with watch.phase("data"):
+        data = load_task_data(config, run_dir)
     tokenizer = None
-    if config.task == "translation":
-        tokenizer = _tokenizer(config, run_dir, list(data.train[0]) + list(data.train[1]))
-    elif config.task == "classification":
-        tokenizer = _tokenizer(config, run_dir, list(data.train[0]))
+    with watch.phase("vocabulary"):
+        if config.task == "translation":
+            tokenizer = _tokenizer(config, run_dir, list(data.train[0]) + list(data.train[1]))
+        elif config.task == "classification":
+            tokenizer = _tokenizer(config, run_dir, list(data.train[0]))
     if data.label_names is not None:
         with open(os.path.join(run_dir, "labels.json"), "w", encoding="utf-8") as f:
             json.dump(data.label_names, f)
-    train_stream, steps_per_epoch, valid = _datasets(
-        config, data, tokenizer, strategy.num_replicas_in_sync
-    )
+    with watch.phase("data"):
+        train_stream, steps_per_epoch, valid, batch_tokens = _datasets(
+            config, data, tokenizer, strategy.num_replicas_in_sync
+        )
+    plan_path = os.path.join(run_dir, "plan.json")
+    plan = budget.read_plan(plan_path)
+    max_steps = config.epochs * steps_per_epoch
     with strategy.scope():
-        model = _build_and_compile(config, tokenizer, data)
+        model, loss, metrics, hidden_dim = _build(config, tokenizer, data)
+        if plan is None:
+            plan = recipe.resolve(config, hidden_dim, batch_tokens, max_steps)
+            plan["planned"] = config.time_budget_minutes is None
+        schedule = recipe.build_schedule(config, hidden_dim, plan)
+        optimizer = recipe.build_optimizer(schedule, plan["weight_decay"])
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                      jit_compile=config.jit_compile)
 
     logs_dir = os.path.join(run_dir, "logs")
     checkpoint = ResumableCheckpoint(
@@ -182,13 +213,14 @@ def _train(config, run_dir, strategy, resumed, verbose):
     step = checkpoint.restore(model)
     if resumed and verbose:
         print(f"Resuming {run_dir} from step {step}.", flush=True)
+    validation_score, monitor, mode = _validation_score(config, model, tokenizer, data, valid)
     callbacks = [checkpoint]
     if config.task == "translation":
-        translator = _translator(config, model, tokenizer, beam_size=1)
         if config.eval_sentences:
             n = config.eval_sentences
             callbacks.append(ValidationBleu(
-                translator, data.valid[0][:n], data.valid[1][:n], config.lower_case
+                _translator(config, model, tokenizer, beam_size=1),
+                data.valid[0][:n], data.valid[1][:n], config.lower_case,
             ))
         callbacks.append(AttentionImages(
             os.path.join(logs_dir, "attention"),
@@ -196,56 +228,157 @@ def _train(config, run_dir, strategy, resumed, verbose):
                                config.max_sequence_length),
         ))
     callbacks += [
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(run_dir, "checkpoints", "epoch-{epoch:03d}.weights.h5"),
-            save_weights_only=True,
+        selection.EpochScores(
+            run_dir, monitor, mode, config.keep_epoch_checkpoints,
+            config.early_stopping_patience, is_chief=_is_chief(),
         ),
         LearningRateLogger(),
         WallClockTimer(),
         keras.callbacks.TensorBoard(logs_dir),
     ]
+    deadline = None
+    if config.time_budget_minutes is not None and not resumed:
+        deadline = budget.Deadline(watch.started_at + 60 * config.time_budget_minutes)
+        callbacks.append(deadline)
     if _is_chief():
         write_hparams(logs_dir, config)
 
-    start = time.time()
-    history = {}
-    epoch, offset = divmod(step, steps_per_epoch)
-    # An interrupted epoch is finished first with exactly its remaining steps;
-    # the data stream is skipped to the same batch it would have reached.
-    segments = []
-    if offset:
-        segments.append((epoch, epoch + 1, steps_per_epoch - offset))
-        epoch += 1
-    if epoch < config.epochs:
-        segments.append((epoch, config.epochs, steps_per_epoch))
-    for initial_epoch, epochs, steps in segments:
-        if initial_epoch >= config.epochs:
-            break
-        h = model.fit(
-            train_stream.skip(checkpoint.step), validation_data=valid,
-            initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
-            callbacks=callbacks, verbose=verbose, shuffle=False,
-        )
-        for key, values in h.history.items():
-            history.setdefault(key, []).extend(values)
-    train_seconds = time.time() - start
-    _prune_epoch_checkpoints(run_dir, config.keep_epoch_checkpoints)
-    if config.average_last > 1:
-        paths = _epoch_checkpoints(run_dir)[-config.average_last :]
-        average_checkpoints(paths, model)
-    metrics = _evaluate(config, model, tokenizer, data, valid)
+    with watch.phase("train"):
+        if not plan["planned"]:
+            step = _calibrate_and_plan(
+                config, model, schedule, train_stream, checkpoint, step,
+                steps_per_epoch, valid, data, validation_score, watch, plan, max_steps,
+            )
+            plan["planned"] = True
+        if _is_chief():
+            budget.write_plan(plan_path, plan)
+        history = {}
+        for initial_epoch, epochs, steps in _segments(step, plan["total_steps"], steps_per_epoch):
+            if selection.plateaued(selection.read_scores(run_dir), config.early_stopping_patience):
+                break
+            if deadline is not None and deadline.hit:
+                break
+            h = model.fit(
+                train_stream.skip(checkpoint.step), validation_data=valid,
+                initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
+                callbacks=callbacks, verbose=verbose, shuffle=False,
+            )
+            for key, values in h.history.items():
+                history.setdefault(key, []).extend(values)
+    with watch.phase("eval"):
+        k = config.average_last if config.average_last > 1 else config.keep_epoch_checkpoints
+        choice = config.selection
+        if choice == "auto" and config.average_last > 1:
+            choice = "average_last"
+        chosen = selection.select(model, run_dir, k, validation_score, choice)
+        metrics = _evaluate(config, model, tokenizer, data, valid)
     metrics.update({
-        "train_seconds": round(train_seconds, 1),
         "steps": int(checkpoint.step),
         "steps_per_epoch": steps_per_epoch,
         "epochs": config.epochs,
+        "plan": plan,
+        "selection": chosen,
+        "stopped_by_deadline": bool(deadline is not None and deadline.hit),
         "history": {k: [float(v) for v in vals] for k, vals in history.items()},
     })
     if _is_chief():
         model.save(os.path.join(run_dir, "model.keras"))
+        metrics.update(watch.report())
         with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)
     return metrics
+
+
+def _segments(step, total_steps, steps_per_epoch):
+    """`fit` calls (initial_epoch, epochs, steps_per_epoch) from `step` to the end.
+
+    Whole epochs run in one call; an interrupted epoch, and a last epoch cut
+    by the plan, run alone with exactly their remaining steps.
+    """
+    segments = []
+    while step < total_steps:
+        epoch, offset = divmod(step, steps_per_epoch)
+        if offset or total_steps - step < steps_per_epoch:
+            end = min((epoch + 1) * steps_per_epoch, total_steps)
+            segments.append((epoch, epoch + 1, end - step))
+            step = end
+        else:
+            whole = (total_steps - step) // steps_per_epoch
+            segments.append((epoch, epoch + whole, steps_per_epoch))
+            step += whole * steps_per_epoch
+    return segments
+
+
+def _validation_score(config, model, tokenizer, data, valid):
+    """(score(model) -> float, higher is better; epoch-log monitor; mode)."""
+    if config.task == "translation" and config.eval_sentences:
+        from training.evaluation import corpus_bleu
+
+        n = config.eval_sentences
+        translator = _translator(config, model, tokenizer, beam_size=1)
+
+        def bleu(model):
+            hypotheses = translator(data.valid[0][:n])
+            return corpus_bleu(hypotheses, data.valid[1][:n], config.lower_case).score
+
+        return bleu, "val_bleu", "max"
+    if config.task == "translation":
+        return (lambda m: -m.evaluate(valid, verbose=0, return_dict=True)["loss"],
+                "val_loss", "min")
+    return (lambda m: m.evaluate(valid, verbose=0, return_dict=True)["accuracy"],
+            "val_accuracy", "max")
+
+
+def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
+                        steps_per_epoch, valid, data, validation_score, watch, plan,
+                        max_steps):
+    """Times a few updates and one validation, then fixes the plan in place.
+
+    Returns the global step after the timed updates.
+    """
+    timer = budget.StepTimer()
+    calibration = min(budget.CALIBRATION_STEPS, max(3, max_steps // 4), steps_per_epoch)
+    model.fit(train_stream.skip(step), epochs=1, steps_per_epoch=calibration,
+              callbacks=[checkpoint, timer], verbose=0, shuffle=False)
+    step = checkpoint.step
+    seconds_per_step = timer.seconds_per_step(skip=min(2, calibration - 2))
+    started = time.time()
+    model.evaluate(valid, verbose=0)  # traces the test step too
+    seconds_loss = time.time() - started
+    seconds_score = 0.0
+    seconds_final = 5.0 + 3 * seconds_loss  # selection by loss, test, saving
+    if config.task == "translation" and config.eval_sentences:
+        started = time.time()
+        validation_score(model)  # the first call traces the decoding loop
+        first = time.time() - started
+        started = time.time()
+        validation_score(model)
+        seconds_score = time.time() - started
+        trace = max(0.0, first - seconds_score)
+        per_sentence = seconds_score / min(config.eval_sentences, len(data.valid[0]))
+        test_greedy = per_sentence * len(data.test[0])
+        beam = config.beam_size > 1
+        # Beam search costs about 2.5x greedy here (benchmarks/bench_decoding.py)
+        # and traces its own loop.
+        seconds_final = (
+            5.0 + 3 * seconds_score + test_greedy + (2.5 * test_greedy + 2 * trace) * beam
+        )
+    seconds_left = 60 * config.time_budget_minutes - watch.elapsed()
+    total = budget.plan_total_steps(
+        seconds_left, seconds_per_step, steps_per_epoch, step,
+        seconds_loss + seconds_score, seconds_final, max_steps,
+    )
+    if config.schedule == "auto":
+        plan["warmup_steps"] = min(config.warmup_steps or recipe.warmup_steps(total), total - 1)
+        schedule.set_plan(plan["warmup_steps"], total)
+    plan.update({
+        "total_steps": int(total),
+        "seconds_per_step": round(seconds_per_step, 4),
+        "seconds_per_validation": round(seconds_loss + seconds_score, 2),
+        "seconds_reserved_for_final": round(seconds_final, 1),
+        "planned_at_second": round(watch.elapsed(), 1),
+    })
+    return step
 
 
 def _translator(config, model, tokenizer, beam_size):
@@ -253,20 +386,6 @@ def _translator(config, model, tokenizer, beam_size):
 
     return Translator(model, tokenizer, config.max_sequence_length,
                       beam_size=beam_size, length_penalty=config.length_penalty)
-
-
-def _epoch_checkpoints(run_dir):
-    folder = os.path.join(run_dir, "checkpoints")
-    return sorted(
-        os.path.join(folder, f) for f in os.listdir(folder)
-        if f.startswith("epoch-") and f.endswith(".weights.h5")
-    )
-
-
-def _prune_epoch_checkpoints(run_dir, keep):
-    paths = _epoch_checkpoints(run_dir)
-    for path in paths[: max(0, len(paths) - keep)]:
-        os.remove(path)
 
 
 def _evaluate(config, model, tokenizer, data, valid):
@@ -284,15 +403,20 @@ def _evaluate(config, model, tokenizer, data, valid):
         test_results = model.evaluate(test, verbose=0, return_dict=True)
         metrics.update({f"test_{k}": float(v) for k, v in test_results.items()})
         return metrics
-    from training.evaluation import corpus_bleu
+    from training.evaluation import bleu_scores
 
     sources, references = data.test
-    greedy = _translator(config, model, tokenizer, beam_size=1)(sources)
-    metrics["test_bleu_greedy"] = corpus_bleu(greedy, references, config.lower_case).score
+    decoded = {"greedy": _translator(config, model, tokenizer, beam_size=1)(sources)}
     if config.beam_size > 1:
-        beam = _translator(config, model, tokenizer, beam_size=config.beam_size)(sources)
-        metrics["test_bleu_beam"] = corpus_bleu(beam, references, config.lower_case).score
-    metrics["bleu_lowercased"] = bool(config.lower_case)
+        beam = _translator(config, model, tokenizer, beam_size=config.beam_size)
+        decoded["beam"] = beam(sources)
+    for name, hypotheses in decoded.items():
+        # Headline: cased sacreBLEU of detokenized text; beside it the
+        # lowercased Moses-tokenized BLEU that Multi30k papers quote.
+        scores = bleu_scores(hypotheses, references, language=config.target_language)
+        metrics[f"test_bleu_{name}"] = scores["bleu"]
+        metrics[f"test_bleu_{name}_lowercase_tokenized"] = scores["bleu_lowercase_tokenized"]
+    greedy = decoded["greedy"]
     metrics["examples"] = [
         {"source": s, "reference": r, "translation": t}
         for s, r, t in zip(sources[: config.num_examples], references, greedy, strict=False)

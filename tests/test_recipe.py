@@ -1,0 +1,125 @@
+"""The adaptive recipe: peak learning rate, warm-up share, annealed schedule, budget plan."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training import budget, recipe
+from training.config import TrainingConfig
+from training.schedule import WarmupLinearSchedule
+
+
+def test_peak_learning_rate_scales_with_width_and_small_batches():
+    assert recipe.peak_learning_rate(256, 4096) == pytest.approx(1e-3)
+    # 1/sqrt(d_model): the paper's base-model peak (7.0e-4) at d_model 512.
+    assert recipe.peak_learning_rate(512, 4096) == pytest.approx(1e-3 / math.sqrt(2))
+    assert recipe.peak_learning_rate(64, 4096) == pytest.approx(2e-3)
+    # sqrt(batch) below the reference batch, flat above it.
+    assert recipe.peak_learning_rate(256, 1024) == pytest.approx(5e-4)
+    assert recipe.peak_learning_rate(256, 25000) == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="batch_tokens=0"):
+        recipe.peak_learning_rate(256, 0)
+
+
+@pytest.mark.parametrize(
+    "total, expected",
+    [(20, 5), (400, 100), (1000, 100), (2000, 200), (10000, 1000), (100000, 4000)],
+)
+def test_warmup_is_a_share_with_floor_and_ceiling(total, expected):
+    assert recipe.warmup_steps(total) == expected
+
+
+def test_resolve_fills_only_what_is_unset():
+    auto = recipe.resolve(TrainingConfig(task="translation"), 256, 4096, 1000)
+    assert auto["peak_learning_rate"] == pytest.approx(1e-3)
+    assert auto["warmup_steps"] == 100 and auto["weight_decay"] == 1e-4
+    given = TrainingConfig(learning_rate=3e-4, warmup_steps=50, weight_decay=0.0)
+    values = recipe.resolve(given, 256, 4096, 1000)
+    assert (values["peak_learning_rate"], values["warmup_steps"], values["weight_decay"]) == (
+        3e-4, 50, 0.0)
+    paper = recipe.resolve(TrainingConfig(schedule="paper"), 512, 25000, 100000)
+    assert paper["peak_learning_rate"] == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert recipe.resolve(TrainingConfig(task="classification"), 64, 512, 100)["weight_decay"] == 0.01
+
+
+def _rates(schedule, steps):
+    return np.array([float(schedule(step)) for step in steps])
+
+
+def test_schedule_peaks_after_warmup_and_ends_annealed():
+    schedule = WarmupLinearSchedule(2e-3, warmup_steps=10, total_steps=110)
+    rates = _rates(schedule, range(110))
+    assert rates.argmax() == 9 and rates[9] == pytest.approx(2e-3)  # update 10 = peak
+    assert np.all(np.diff(rates[:10]) > 0) and np.all(np.diff(rates[9:]) < 0)
+    assert rates[0] == pytest.approx(2e-4)
+    assert rates[-1] == 0.0  # the last planned update does not move the weights
+    assert float(schedule(500)) == 0.0  # past the plan: still 0, never negative
+    # Linear: the midpoint of the decay is half the peak.
+    assert float(schedule(59)) == pytest.approx(1e-3)
+
+
+def test_set_plan_changes_a_traced_schedule_without_retracing():
+    schedule = WarmupLinearSchedule(1e-3, warmup_steps=10, total_steps=100)
+    traces = []
+
+    @tf.function(jit_compile=False)
+    def rate(step):
+        traces.append(1)
+        return schedule(step)
+
+    assert float(rate(tf.constant(49))) == pytest.approx(1e-3 * 50 / 90)  # update 50 of 100
+    schedule.set_plan(5, 50)
+    assert float(rate(tf.constant(49))) == 0.0
+    assert float(rate(tf.constant(4))) == pytest.approx(1e-3)
+    assert len(traces) == 1
+
+
+def test_schedule_config_round_trip_keeps_the_plan():
+    schedule = WarmupLinearSchedule(1e-3, warmup_steps=10, total_steps=100)
+    schedule.set_plan(7, 70)
+    optimizer = keras.optimizers.AdamW(schedule)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    copy = restored._learning_rate  # the schedule object itself
+    assert (copy.warmup_steps, copy.total_steps) == (7, 70)
+    np.testing.assert_allclose(_rates(copy, range(80)), _rates(schedule, range(80)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"warmup_steps": 0, "total_steps": 10}, "warmup_steps=0"),
+     ({"warmup_steps": 10, "total_steps": 10}, "total_steps=10"),
+     ({"warmup_steps": 1, "total_steps": 10, "peak_learning_rate": -1.0}, "peak_learning_rate=-1")],
+)
+def test_schedule_rejects_bad_plans(kwargs, match):
+    kwargs = {"peak_learning_rate": 1e-3, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        WarmupLinearSchedule(**kwargs)
+
+
+def test_adamw_skips_biases_and_norms():
+    optimizer = recipe.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.1)
+    dense, norm = keras.layers.Dense(2), keras.layers.LayerNormalization()
+    dense.build((None, 2))
+    norm.build((None, 2))
+    decayed = {v.name: optimizer._use_weight_decay(v) for v in dense.weights + norm.weights}
+    assert decayed == {"kernel": True, "bias": False, "gamma": False, "beta": False}
+    assert isinstance(recipe.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.0),
+                      keras.optimizers.Adam)
+
+
+@pytest.mark.parametrize("seconds_left", [60.0, 300.0, 3600.0])
+def test_plan_fits_the_budget_and_uses_most_of_it(seconds_left):
+    step, spe, validation, final, done = 0.5, 40, 6.0, 30.0, 12
+    total = budget.plan_total_steps(seconds_left, step, spe, done, validation, final, 10**9)
+    more = total - done
+    spent = more * step + math.ceil(more / spe) * validation + final
+    assert spent <= seconds_left
+    assert spent >= 0.85 * seconds_left - validation - step  # does not leave much unused
+
+
+def test_plan_respects_the_step_cap_and_a_hopeless_budget():
+    assert budget.plan_total_steps(3600, 0.1, 10, 0, 1, 1, max_steps=50) == 50
+    assert budget.plan_total_steps(1.0, 10.0, 10, 4, 1, 100, max_steps=50) == 6

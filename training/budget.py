@@ -1,0 +1,122 @@
+"""Wall-clock accounting and the plan of a time-budgeted run.
+
+`time_budget_minutes=N` bounds the whole command, from its start to
+`metrics.json`.  After a few updates the run knows its step time, and plans
+how many updates fit in what is left once validation, model selection and
+the final test evaluation are paid for; the schedule then anneals exactly
+at the last planned update.  The plan is written to `plan.json`, so a
+killed run resumes with the same schedule and ends with the same weights.
+"""
+
+import json
+import math
+import os
+import time
+
+import keras
+
+# Updates timed before planning: the first (tracing) is not counted.
+CALIBRATION_STEPS = 12
+# Part of the budget kept back for what the estimate misses.
+SAFETY = 0.04
+
+
+class Stopwatch:
+    """Seconds spent per phase, plus the total since `started_at`."""
+
+    def __init__(self, started_at=None):
+        self.started_at = time.time() if started_at is None else float(started_at)
+        self.phases = {}
+
+    def elapsed(self):
+        return time.time() - self.started_at
+
+    def phase(self, name):
+        watch = self
+
+        class _Phase:
+            def __enter__(self):
+                self.start = time.time()
+
+            def __exit__(self, *exc):
+                watch.phases[name] = watch.phases.get(name, 0.0) + time.time() - self.start
+
+        return _Phase()
+
+    def report(self):
+        seconds = {f"{k}_seconds": round(v, 1) for k, v in self.phases.items()}
+        seconds["total_seconds"] = round(self.elapsed(), 1)
+        return seconds
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Batch-end timestamps; `seconds_per_step` ignores the first batches."""
+
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.times.append(time.perf_counter())
+
+    def seconds_per_step(self, skip=2):
+        times = self.times[skip:]
+        if len(times) < 2:
+            raise ValueError(f"seconds_per_step needs more than {skip + 1} timed steps.")
+        return (times[-1] - times[0]) / (len(times) - 1)
+
+
+class Deadline(keras.callbacks.Callback):
+    """Stops `fit` once the clock passes `deadline` (time.time() seconds).
+
+    A fallback only: the plan is made to end before it.
+    """
+
+    def __init__(self, deadline):
+        super().__init__()
+        self.deadline = deadline
+        self.hit = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.time() > self.deadline:
+            self.hit = True
+            self.model.stop_training = True
+
+
+def plan_total_steps(seconds_left, seconds_per_step, steps_per_epoch, done_steps,
+                     seconds_per_validation, seconds_final, max_steps):
+    """Updates that fit: S * t + ceil(S / spe) * v + final <= seconds_left.
+
+    Args:
+        seconds_left: wall clock left of the budget now.
+        seconds_per_step: measured time of one update.
+        steps_per_epoch: updates between two validations.
+        done_steps: updates already made (counted in the total).
+        seconds_per_validation: one end-of-epoch validation.
+        seconds_final: model selection, test evaluation and saving.
+        max_steps: the plan never exceeds this (e.g. `epochs` passes).
+
+    Returns:
+        The planned total number of updates, at least done_steps + 2.
+    """
+    usable = seconds_left * (1 - SAFETY) - seconds_final
+    per_step = seconds_per_step + seconds_per_validation / steps_per_epoch
+    more = max(2, int(usable / per_step))
+    # The last validation happens at the run's end even mid-epoch.
+    if more > 2 and usable - more * per_step < seconds_per_validation:
+        more = max(2, more - math.ceil(seconds_per_validation / seconds_per_step))
+    return int(min(max_steps, done_steps + more))
+
+
+def write_plan(path, plan):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(plan, f, indent=2)
+    os.replace(tmp, path)
+
+
+def read_plan(path):
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,124 @@
+"""Training-recipe defaults that adapt to the model, the data and the budget.
+
+The paper's recipe (Section 5.3) was made for 4.5M sentence pairs, batches
+of 25,000 tokens and 100,000 updates.  A user with 30,000 pairs, a few
+dozen series or ten minutes of CPU gets a run of a few hundred to a few
+thousand updates, where its inverse-square-root decay never anneals and its
+peak (which grows as the warm-up shrinks) stalls post-LN models.  The
+defaults here are what small-data recipes that work do (fairseq's IWSLT
+de-en, Transformer-Tiny, "Budgeted Training"), as functions of what the
+run knows:
+
+- the peak learning rate falls as 1/sqrt(d_model) (1e-3 at d_model 256,
+  7.1e-4 at 512, the paper's base-model peak) and as sqrt(batch) below a
+  4,096-token batch (the noise of a small batch wants a smaller step);
+- the warm-up is a tenth of the planned updates, at least
+  min(100, a quarter of them) and at most the paper's 4,000;
+- the decay is linear to zero at the last planned update
+  (`WarmupLinearSchedule`), so every run ends annealed;
+- AdamW's decoupled weight decay: 1e-4 for translation (fairseq's IWSLT
+  recipe), 0.01 for classification, where the data are smaller.
+
+`config` fields left at None take these values; anything a preset or
+`--set` gives wins.  `resolve` returns the values used, which the run
+records in `plan.json`.
+"""
+
+import math
+
+import keras
+
+from training.schedule import (
+    PAPER_BETA_1,
+    PAPER_BETA_2,
+    PAPER_EPSILON,
+    TransformerSchedule,
+    WarmupLinearSchedule,
+)
+
+REFERENCE_WIDTH = 256
+REFERENCE_PEAK = 1e-3
+REFERENCE_BATCH_TOKENS = 4096
+PAPER_WARMUP = 4000
+WARMUP_SHARE = 0.1
+WARMUP_FLOOR = 100
+
+
+def peak_learning_rate(hidden_dim, batch_tokens):
+    """1e-3 at d_model 256 and 4,096-token batches; 1/sqrt(width), sqrt(batch).
+
+    Args:
+        hidden_dim: d_model.
+        batch_tokens: real tokens per batch (target tokens for translation,
+            input tokens for classification).
+
+    Returns:
+        The peak learning rate of the "auto" schedule.
+    """
+    if hidden_dim < 1 or batch_tokens <= 0:
+        raise ValueError(
+            f"peak_learning_rate needs hidden_dim >= 1 and batch_tokens > 0; received "
+            f"hidden_dim={hidden_dim!r}, batch_tokens={batch_tokens!r}."
+        )
+    width = math.sqrt(REFERENCE_WIDTH / hidden_dim)
+    batch = min(1.0, math.sqrt(batch_tokens / REFERENCE_BATCH_TOKENS))
+    return REFERENCE_PEAK * width * batch
+
+
+def warmup_steps(total_steps, share=WARMUP_SHARE):
+    """A tenth of the run, at least min(100, total / 4), at most 4,000."""
+    if total_steps < 2:
+        raise ValueError(f"total_steps must be >= 2; received total_steps={total_steps!r}.")
+    floor = min(WARMUP_FLOOR, total_steps // 4)
+    return int(max(1, min(PAPER_WARMUP, max(round(share * total_steps), floor))))
+
+
+def default_weight_decay(task):
+    return 1e-4 if task == "translation" else 0.01
+
+
+def resolve(config, hidden_dim, batch_tokens, total_steps):
+    """The schedule and optimizer values a run uses (a JSON-able dict)."""
+    if config.schedule == "paper":
+        warmup = config.warmup_steps or PAPER_WARMUP
+        peak = TransformerSchedule(hidden_dim, warmup, config.learning_rate_scale)
+        peak = peak.peak_learning_rate()
+    else:
+        warmup = config.warmup_steps or warmup_steps(total_steps)
+        warmup = min(warmup, total_steps - 1)
+        peak = config.learning_rate or peak_learning_rate(hidden_dim, batch_tokens)
+    weight_decay = config.weight_decay
+    if weight_decay is None:
+        weight_decay = 0.0 if config.schedule == "paper" else default_weight_decay(config.task)
+    return {
+        "schedule": config.schedule,
+        "peak_learning_rate": float(peak),
+        "warmup_steps": int(warmup),
+        "total_steps": int(total_steps),
+        "weight_decay": float(weight_decay),
+        "batch_tokens": float(batch_tokens),
+    }
+
+
+def build_schedule(config, hidden_dim, recipe):
+    """The learning-rate schedule of `config.schedule` for `recipe`."""
+    if config.schedule == "paper":
+        return TransformerSchedule(
+            hidden_dim, recipe["warmup_steps"], config.learning_rate_scale
+        )
+    return WarmupLinearSchedule(
+        recipe["peak_learning_rate"], recipe["warmup_steps"], recipe["total_steps"]
+    )
+
+
+def build_optimizer(schedule, weight_decay):
+    """Adam with the paper's betas and epsilon; AdamW when `weight_decay`.
+
+    AdamW's decay skips biases and LayerNorm scales and offsets.
+    """
+    common = dict(beta_1=PAPER_BETA_1, beta_2=PAPER_BETA_2, epsilon=PAPER_EPSILON)
+    if not weight_decay:
+        return keras.optimizers.Adam(schedule, **common)
+    optimizer = keras.optimizers.AdamW(schedule, weight_decay=weight_decay, **common)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
