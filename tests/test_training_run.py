@@ -250,3 +250,33 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
         _final_weights(reference), _final_weights(interrupted), strict=True
     ):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path):
+    """The whole run fits its budget, the plan's last update has rate 0, and
+    the validation score recorded per epoch rises."""
+    from training.schedule import WarmupLinearSchedule
+    from training.selection import read_scores
+
+    budget_minutes = 1.0
+    config = load_config("tiny", FAST + [
+        "epochs=1000", f"time_budget_minutes={budget_minutes}", "eval_sentences=0",
+        "beam_size=2", "warmup_steps=null",
+    ])
+    started = time.time()
+    metrics = train(config, tmp_path / "run", verbose=0, started_at=started)
+    assert time.time() - started <= 60 * budget_minutes
+    assert metrics["total_seconds"] <= 60 * budget_minutes
+    assert {"data_seconds", "vocabulary_seconds", "train_seconds", "eval_seconds"} <= set(metrics)
+    plan = metrics["plan"]
+    assert json.loads((tmp_path / "run" / "plan.json").read_text()) == plan
+    assert not metrics["stopped_by_deadline"]
+    assert metrics["steps"] == plan["total_steps"] > 2 * plan["warmup_steps"]
+    schedule = WarmupLinearSchedule(
+        plan["peak_learning_rate"], plan["warmup_steps"], plan["total_steps"]
+    )
+    assert float(schedule(plan["total_steps"] - 1)) == 0.0  # ends annealed
+    scores = read_scores(tmp_path / "run")  # -validation loss per epoch
+    assert len(scores) >= 3, scores
+    assert scores[max(scores)] > scores[min(scores)], scores
