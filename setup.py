@@ -27,6 +27,9 @@ setup(
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
+        # Learns word-piece vocabularies (training/tokenizers.py); the graph
+        # tokenizer and exported SavedModels use tensorflow-text only.
+        "tokenizers>=0.20,<1",
         "keras>=3.10,<4",
         "tensorboard>=2.21,<2.22",
         "sacrebleu>=2.4,<3",

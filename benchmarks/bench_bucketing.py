@@ -29,7 +29,7 @@ partial batches at the end); `--every 1` trains on the whole epoch.
 
 Data: /work/shared/data/multi30k/train.{de,en}.gz via
 `training.text_files.read_parallel`; the script exits with a message if
-they are absent.  The vocabulary is learned on the first run (a few minutes)
+they are absent.  The vocabulary is learned on the first run (seconds)
 on the whole training set and cached under /tmp/keras_transformer_bench/.
 
     python3 benchmarks/bench_bucketing.py [--quick] [--pairs N]
@@ -72,10 +72,7 @@ def tokenizer_for(pairs, vocabulary_size=8000):
     print(f"learning a {vocabulary_size}-piece vocabulary (cached in {directory}) ...",
           flush=True)
     texts = list(pairs[0]) + list(pairs[1])
-    vocabulary = learn_wordpiece_vocabulary(
-        texts, vocabulary_size, lower_case=False,
-        learn_params={"lower_thresh": 2} if len(texts) < 20000 else None,
-    )
+    vocabulary = learn_wordpiece_vocabulary(texts, vocabulary_size, lower_case=False)
     tokenizer = WordPieceTokenizer(vocabulary, lower_case=False)
     tokenizer.save(directory)
     return tokenizer

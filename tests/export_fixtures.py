@@ -1,6 +1,6 @@
 """Tiny trained models shared by the export tests, built once per session.
 
-A word-piece vocabulary (at most 100 pieces; 76 here) is learned from 50 generated
+A word-piece vocabulary (at most 100 pieces; 100 here) is learned from 50 generated
 sentences; a 1-layer, d_model=16 Transformer is trained for a few hundred
 steps to copy them (so its greedy output is real text, not noise), and a
 classifier of the same size for a few steps to tell three sentence kinds
@@ -54,9 +54,7 @@ SENTENCES, LABELS = _sentences()
 
 @functools.cache
 def tiny_tokenizer():
-    vocabulary = learn_wordpiece_vocabulary(
-        SENTENCES, 100, learn_params={"lower_thresh": 1}
-    )
+    vocabulary = learn_wordpiece_vocabulary(SENTENCES, 100)
     return WordPieceTokenizer(vocabulary)
 
 

@@ -31,13 +31,8 @@ TOKENS_PER_BATCH = 192
 def toy():
     pairs = generate_pairs(300, seed=0)
     src, tgt = [en for en, _ in pairs], [de for _, de in pairs]
-    learn = {"lower_thresh": 1}
-    src_tok = WordPieceTokenizer(
-        learn_wordpiece_vocabulary(src, 150, learn_params=learn)
-    )
-    tgt_tok = WordPieceTokenizer(
-        learn_wordpiece_vocabulary(tgt, 150, learn_params=learn)
-    )
+    src_tok = WordPieceTokenizer(learn_wordpiece_vocabulary(src, 150))
+    tgt_tok = WordPieceTokenizer(learn_wordpiece_vocabulary(tgt, 150))
     return src, tgt, src_tok, tgt_tok
 
 

@@ -19,7 +19,7 @@ import os
 
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from training.text_files import read_lines
 
@@ -48,38 +48,87 @@ def normalize_text(strings, lower_case=True):
     return strings
 
 
+def _huggingface_wordpiece(vocabulary=None):
+    """A Hugging Face `tokenizers.Tokenizer` that splits like `WordPieceTokenizer`.
+
+    It expects text already passed through `normalize_text` (done in TF, so
+    invalid bytes, NFC and lowercasing are exactly the graph's) and does what
+    `FastBertTokenizer` does next: control and format characters (Unicode Cc,
+    Cf) become spaces, CJK ideographs stand alone, words split on Unicode
+    whitespace and on BERT's punctuation (ASCII symbols and every Unicode P*
+    character), and each punctuation character is a word of its own. Accents
+    and case are left alone (`lower_case_nfd_strip_accents=False`).
+
+    Args:
+        vocabulary: Optional list of tokens for the WordPiece model (to
+            tokenize with); `None` gives an empty model to train.
+    """
+    vocab = {
+        token: i for i, token in enumerate(vocabulary or [RESERVED_TOKENS[UNK_ID]])
+    }
+    # No word limit here: the graph's limit is in bytes (max_bytes_per_word).
+    tokenizer = Tokenizer(
+        models.WordPiece(
+            vocab, unk_token=RESERVED_TOKENS[UNK_ID], max_input_chars_per_word=2**31 - 1
+        )
+    )
+    tokenizer.normalizer = normalizers.Sequence(
+        [
+            normalizers.Replace(Regex(r"[\p{Cc}\p{Cf}]"), " "),
+            # clean_text would *drop* control characters and U+FFFD instead.
+            normalizers.BertNormalizer(
+                clean_text=False,
+                handle_chinese_chars=True,
+                strip_accents=False,
+                lowercase=False,
+            ),
+        ]
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tokenizer
+
+
 def learn_wordpiece_vocabulary(
     sentences,
     vocabulary_size,
     lower_case=True,
     reserved_tokens=RESERVED_TOKENS,
-    learn_params=None,
+    min_frequency=2,
 ):
-    """Learns a word-piece vocabulary with tensorflow-text's BERT learner.
+    """Learns a word-piece vocabulary with Hugging Face `tokenizers`.
 
-    Runs offline (`bert_vocab_from_dataset` is pure Python + TF). The learner
-    drops words seen fewer than `learn_params["lower_thresh"]` (default 10)
-    times before building pieces, so on a tiny corpus pass `{"lower_thresh":
-    1}`. It scales with the number of distinct words, not sentences, and is
-    slow: Multi30k's 29,000 training sentences took 78 s (English) and 349 s
-    (German) on a busy 2-core machine, so learn once and `save` the result.
+    The Rust WordPiece trainer (BPE merges, "##" continuations) learns from
+    the same words the graph tokenizer will see: the text goes through
+    `normalize_text` and is split as `FastBertTokenizer` splits it (see
+    `_huggingface_wordpiece`). Every character of `sentences` is kept as a
+    word start and, unless it always stands alone (punctuation, CJK), as a
+    "##" continuation, so `WordPieceTokenizer` never gives `[UNK]` on the
+    training text unless a word is longer than `max_bytes_per_word`. Multi30k
+    de+en (58,000 sentences, 8,000 pieces) takes about 2 s (1.4 s of CPU) on
+    a shared 2-core machine (`benchmarks/bench_vocabulary.py`).
+
+    The learner knows nothing of languages: call it once per corpus, on one
+    language for separate source and target vocabularies, or on both for a
+    joint one (the pipeline's choice).
 
     Args:
-        sentences: Iterable of `str` (or a `tf.data.Dataset` of scalar
-            strings).
-        vocabulary_size: Target size including the reserved tokens; the
-            learner may return fewer tokens on a small corpus.
+        sentences: Iterable of `str` or UTF-8 `bytes` (or a `tf.data.Dataset`
+            of scalar strings).
+        vocabulary_size: Largest size, reserved tokens included; a small
+            corpus may give fewer tokens.
         lower_case: Must equal the `lower_case` of the `WordPieceTokenizer`
             that will use the vocabulary.
         reserved_tokens: Tokens placed first, in order (ids 0, 1, ...).
-        learn_params: Optional keyword arguments for
-            `wordpiece_tokenizer_learner_lib.learn`.
+        min_frequency: A pair of pieces seen fewer times is never merged into
+            a new piece; the default 2 learns no piece from a single word.
 
     Returns:
         The vocabulary as a list of `str`, `reserved_tokens` first.
 
     Raises:
-        ValueError: If `sentences` is empty or `vocabulary_size` is too small.
+        ValueError: If `sentences` has no words, `vocabulary_size` does not
+            exceed the reserved tokens or cannot hold the corpus's characters,
+            or `min_frequency` is below 1.
     """
     reserved_tokens = list(reserved_tokens)
     if vocabulary_size <= len(reserved_tokens):
@@ -87,24 +136,64 @@ def learn_wordpiece_vocabulary(
             f"vocabulary_size must exceed the {len(reserved_tokens)} reserved tokens, "
             f"received vocabulary_size={vocabulary_size}."
         )
+    if min_frequency < 1:
+        raise ValueError(
+            f"min_frequency must be >= 1, received min_frequency={min_frequency}."
+        )
     if isinstance(sentences, tf.data.Dataset):
-        dataset = sentences
-    else:
-        sentences = list(sentences)
-        if not sentences:
-            raise ValueError("learn_wordpiece_vocabulary: sentences is empty.")
-        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(sentences, tf.string))
-    dataset = dataset.batch(1024).map(
-        lambda strings: normalize_text(strings, lower_case),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return bert_vocab_from_dataset.bert_vocab_from_dataset(
-        dataset,
+        sentences = sentences.as_numpy_iterator()
+    sentences = list(sentences)
+    if not sentences:
+        raise ValueError(
+            "learn_wordpiece_vocabulary: sentences is empty (received 0 sentences)."
+        )
+    normalized = normalize_text(tf.constant(sentences, tf.string), lower_case)
+    texts = [text.decode("utf-8") for text in normalized.numpy()]
+    tokenizer = _huggingface_wordpiece()
+    # The trainer would number the characters it finds in hash order, and
+    # ties between equally frequent pairs go to the lower ids: given all of
+    # them first, in a fixed order, it learns the same pieces every time.
+    alphabet = _alphabet(tokenizer, texts)
+    if not alphabet:
+        raise ValueError(
+            f"sentences has no words: its {len(sentences)} sentences are blank."
+        )
+    if len(reserved_tokens) + len(alphabet) > vocabulary_size:
+        raise ValueError(
+            f"vocabulary_size={vocabulary_size} cannot hold the reserved tokens and "
+            f"the characters of sentences: pass at least "
+            f"{len(reserved_tokens) + len(alphabet)}."
+        )
+    trainer = trainers.WordPieceTrainer(
         vocab_size=vocabulary_size,
-        reserved_tokens=reserved_tokens,
-        bert_tokenizer_params={"lower_case": False},  # Done by normalize_text.
-        learn_params=dict(learn_params or {}),
+        min_frequency=min_frequency,
+        special_tokens=reserved_tokens + alphabet,  # Ids 0, 1, ... in order.
+        continuing_subword_prefix="##",
+        show_progress=False,
     )
+    tokenizer.train_from_iterator(texts, trainer, length=len(texts))
+    ids = tokenizer.get_vocab()
+    return sorted(ids, key=ids.get)
+
+
+def _alphabet(tokenizer, texts):
+    """The characters of `texts` that are words, then as "##c" those that join one.
+
+    Punctuation and CJK stand alone (no "##" form); separators (whitespace,
+    control characters) are neither. `tokenizer` decides, as it will when
+    training: a character joins a word if "a" and it stay one word.
+    """
+
+    def words(text):
+        normalized = tokenizer.normalizer.normalize_str(text)
+        return [
+            word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized)
+        ]
+
+    characters = sorted(set("".join(texts)))
+    starts = [char for char in characters if words(char) == [char]]
+    joins = [char for char in characters if words("a" + char) == ["a" + char]]
+    return starts + ["##" + char for char in joins]
 
 
 def _text_ids(ids, vocabulary_size):

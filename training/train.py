@@ -49,8 +49,7 @@ def _tokenizer(config, run_dir, texts):
     if os.path.isfile(os.path.join(vocab_dir, "vocab.txt")):
         return WordPieceTokenizer.load(vocab_dir)
     vocabulary = learn_wordpiece_vocabulary(
-        texts, config.vocabulary_size, lower_case=config.lower_case,
-        learn_params={"lower_thresh": 2} if len(texts) < 20000 else None,
+        texts, config.vocabulary_size, lower_case=config.lower_case
     )
     tokenizer = WordPieceTokenizer(vocabulary, lower_case=config.lower_case)
     if _is_chief():

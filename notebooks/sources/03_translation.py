@@ -97,17 +97,17 @@ for s, t in list(zip(sources, targets, strict=True))[:4]:
 #
 # The paper encodes sentences with byte-pair encoding into a shared
 # source-target vocabulary of about 37,000 tokens. Here it is a word-piece
-# vocabulary learned by tensorflow-text from the training split; the
-# tokenizer is a `tf.Module` whose `tokenize`/`detokenize` run inside
-# `tf.data`, inside the exported model, and eagerly alike. Pieces that
-# continue a word start with `##`.
+# vocabulary learned from the training split by Hugging Face `tokenizers`
+# (a few seconds); the tokenizer that applies it is a `tf.Module` of
+# tensorflow-text ops whose `tokenize`/`detokenize` run inside `tf.data`,
+# inside the exported model, and eagerly alike. Pieces that continue a word
+# start with `##`.
 
 # %%
 vocabulary = learn_wordpiece_vocabulary(
     sources + targets,
     config.vocabulary_size,
     lower_case=config.lower_case,
-    learn_params={"lower_thresh": 2} if len(sources + targets) < 20000 else None,  # as train()
 )
 print(f"{len(vocabulary)} tokens; reserved {vocabulary[:4]}; some pieces {vocabulary[40:52]}")
 tokenizer = WordPieceTokenizer(vocabulary, lower_case=config.lower_case)
