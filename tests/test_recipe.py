@@ -123,3 +123,12 @@ def test_plan_fits_the_budget_and_uses_most_of_it(seconds_left):
 def test_plan_respects_the_step_cap_and_a_hopeless_budget():
     assert budget.plan_total_steps(3600, 0.1, 10, 0, 1, 1, max_steps=50) == 50
     assert budget.plan_total_steps(1.0, 10.0, 10, 4, 1, 100, max_steps=50) == 6
+
+
+def test_step_timer_separates_compiling_steps():
+    timer = budget.StepTimer()
+    # A trace, two more compiles among ordinary 0.1 s steps (half compile).
+    durations = [5.0, 0.1, 3.1, 0.1, 0.1, 2.1, 0.1, 0.1]
+    timer.times = list(np.cumsum([0.0] + durations))
+    assert timer.seconds_per_step() == pytest.approx(0.1)
+    assert timer.compiles() == (3, pytest.approx(3.3))

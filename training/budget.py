@@ -14,11 +14,15 @@ import os
 import time
 
 import keras
+import numpy as np
 
 # Updates timed before planning: the first (tracing) is not counted.
 CALIBRATION_STEPS = 12
 # Part of the budget kept back for what the estimate misses.
 SAFETY = 0.04
+# The test set's beam search is skipped when it would cost more than this
+# share of the budget (greedy BLEU is still reported).
+BEAM_SHARE = 0.15
 
 
 class Stopwatch:
@@ -50,20 +54,41 @@ class Stopwatch:
 
 
 class StepTimer(keras.callbacks.Callback):
-    """Batch-end timestamps; `seconds_per_step` ignores the first batches."""
+    """Times each update, telling tracing/compiling steps from ordinary ones.
+
+    A step that takes over three times the lower quartile traced or compiled
+    a new input shape (under XLA, every bucket's shape compiles once; the
+    quartile, not the median, stays an ordinary step when half of the timed
+    steps compiled).
+    """
 
     def __init__(self):
         super().__init__()
         self.times = []
 
+    def on_train_begin(self, logs=None):
+        self.times = [time.perf_counter()]
+
     def on_train_batch_end(self, batch, logs=None):
         self.times.append(time.perf_counter())
 
-    def seconds_per_step(self, skip=2):
-        times = self.times[skip:]
-        if len(times) < 2:
-            raise ValueError(f"seconds_per_step needs more than {skip + 1} timed steps.")
-        return (times[-1] - times[0]) / (len(times) - 1)
+    def durations(self):
+        return np.diff(self.times)
+
+    def seconds_per_step(self):
+        """Mean time of the steps that compiled nothing."""
+        durations = self.durations()
+        if len(durations) < 3:
+            raise ValueError("seconds_per_step needs at least 3 timed steps.")
+        ordinary = durations[durations <= 3 * np.percentile(durations, 25)]
+        return float(ordinary.mean())
+
+    def compiles(self):
+        """(number of compiling steps, mean extra seconds of one)."""
+        durations = self.durations()
+        slow = durations[durations > 3 * np.percentile(durations, 25)]
+        extra = float(slow.mean() - self.seconds_per_step()) if len(slow) else 0.0
+        return len(slow), extra
 
 
 class Deadline(keras.callbacks.Callback):

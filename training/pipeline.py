@@ -171,6 +171,7 @@ def make_translation_dataset(
     pad_to_length=None,
     drop_remainder=False,
     boundaries=None,
+    pad_to_bucket_boundary=False,
 ):
     """Builds `({"encoder_token_ids", "decoder_token_ids"}, labels)` batches.
 
@@ -198,6 +199,9 @@ def make_translation_dataset(
             length (fully static shapes with `drop_remainder=True`).
         drop_remainder: Drop incomplete batches (static batch size per bucket).
         boundaries: Bucket boundaries; defaults to `bucket_boundaries(...)`.
+        pad_to_bucket_boundary: Pad every batch of a bucket to the bucket's
+            longest length instead of the batch's: with `drop_remainder`,
+            one static shape per bucket, which is what XLA compiles once.
 
     Returns:
         A `tf.data.Dataset`, prefetched.
@@ -269,6 +273,7 @@ def make_translation_dataset(
                 bucket_boundaries=boundaries,
                 bucket_batch_sizes=batch_sizes,
                 drop_remainder=drop_remainder,
+                pad_to_bucket_boundary=pad_to_bucket_boundary,
             )
         return dataset
 

@@ -66,10 +66,22 @@ def _datasets(config, data, tokenizer, num_replicas):
     """(endless train stream, steps per epoch, validation dataset)."""
     seed = config.seed
     if config.task == "translation":
+        static = {}
+        if config.jit_compile:
+            # XLA compiles once per shape: a few coarse buckets, each batch
+            # padded to its bucket's length (the training stream also drops
+            # incomplete batches, so each bucket has one shape).
+            static = dict(
+                pad_to_bucket_boundary=True,
+                boundaries=pipeline.bucket_boundaries(
+                    config.max_sequence_length, min_length=16, growth=1.5
+                ),
+            )
+
         def make(split, **kw):
             return pipeline.make_translation_dataset(
                 split[0], split[1], tokenizer, tokenizer, config.max_sequence_length,
-                config.tokens_per_batch, seed=seed, **kw,
+                config.tokens_per_batch, seed=seed, **static, **kw,
             )
     else:
         def make(split, **kw):
@@ -78,7 +90,8 @@ def _datasets(config, data, tokenizer, num_replicas):
                 max_sequence_length=config.max_sequence_length,
                 batch_size=config.batch_size, seed=seed, **kw,
             )
-    stream = make(data.train, shuffle=True, repeat=True)
+    static_batches = config.jit_compile and config.task == "translation"
+    stream = make(data.train, shuffle=True, repeat=True, drop_remainder=static_batches)
     valid = make(data.valid, shuffle=False)
     if config.task != "translation":
         # The classifier is a single-input functional model: feed the bare tensor.
@@ -89,7 +102,10 @@ def _datasets(config, data, tokenizer, num_replicas):
     # seed from (seed, e)), so a resumed run's fresh iterator over
     # stream.skip(step) yields exactly the batches an uninterrupted run saw.
     # An "epoch" is steps_per_epoch batches of it: the size of one pass.
-    steps, batch_tokens = _first_pass(config, stream, len(data.train[1]))
+    # A pass of the stream ends where its first `num_examples` are seen, or,
+    # dropping incomplete batches, with the batches of one shuffled pass.
+    first_pass = make(data.train, shuffle=True, drop_remainder=True) if static_batches else stream
+    steps, batch_tokens = _first_pass(config, first_pass, len(data.train[1]))
     steps = config.steps_per_epoch or steps
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
@@ -107,8 +123,9 @@ def _first_pass(config, stream, num_examples):
     Tokens are target tokens for translation, non-padding ids for text and
     patches for series: what the learning rate's batch factor counts.
     """
-    seen = tokens = 0
-    for steps, (inputs, labels) in enumerate(stream, start=1):
+    steps = seen = tokens = 0
+    for inputs, labels in stream:
+        steps += 1
         seen += int(labels.shape[0])
         if config.task == "translation":
             tokens += int(np.count_nonzero(labels.numpy()))
@@ -118,7 +135,8 @@ def _first_pass(config, stream, num_examples):
             rows, length = inputs.shape[:2]
             tokens += rows * -(-length // config.patch_length)
         if seen >= num_examples:
-            return steps, tokens / steps
+            break
+    return steps, tokens / steps
 
 
 def _build(config, tokenizer, data):
@@ -249,6 +267,8 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 steps_per_epoch, valid, data, validation_score, watch, plan, max_steps,
             )
             plan["planned"] = True
+            if deadline is not None:  # the final evaluation keeps its time
+                deadline.deadline -= plan["seconds_reserved_for_final"]
         if _is_chief():
             budget.write_plan(plan_path, plan)
         history = {}
@@ -270,7 +290,8 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         if choice == "auto" and config.average_last > 1:
             choice = "average_last"
         chosen = selection.select(model, run_dir, k, validation_score, choice)
-        metrics = _evaluate(config, model, tokenizer, data, valid)
+        metrics = _evaluate(config, model, tokenizer, data, valid,
+                            beam=plan.get("test_beam", True))
     metrics.update({
         "steps": int(checkpoint.step),
         "steps_per_epoch": steps_per_epoch,
@@ -340,11 +361,17 @@ def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
     model.fit(train_stream.skip(step), epochs=1, steps_per_epoch=calibration,
               callbacks=[checkpoint, timer], verbose=0, shuffle=False)
     step = checkpoint.step
-    seconds_per_step = timer.seconds_per_step(skip=min(2, calibration - 2))
+    seconds_per_step = timer.seconds_per_step()
+    # Shapes not met yet still compile later (XLA: one per bucket).
+    compiled, seconds_per_compile = timer.compiles()
+    shapes = len(pipeline.bucket_boundaries(config.max_sequence_length, 16, 1.5)) - 1
+    seconds_compiling = max(0, shapes - compiled) * seconds_per_compile * config.jit_compile
+    model.evaluate(valid, verbose=0)  # traces (compiles) the test step
     started = time.time()
-    model.evaluate(valid, verbose=0)  # traces the test step too
+    model.evaluate(valid, verbose=0)
     seconds_loss = time.time() - started
-    seconds_score = 0.0
+    seconds_score = test_greedy = trace = 0.0
+    beam = config.task == "translation" and config.beam_size > 1
     seconds_final = 5.0 + 3 * seconds_loss  # selection by loss, test, saving
     if config.task == "translation" and config.eval_sentences:
         started = time.time()
@@ -356,13 +383,19 @@ def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
         trace = max(0.0, first - seconds_score)
         per_sentence = seconds_score / min(config.eval_sentences, len(data.valid[0]))
         test_greedy = per_sentence * len(data.test[0])
-        beam = config.beam_size > 1
         # Beam search costs about 2.5x greedy here (benchmarks/bench_decoding.py)
         # and traces its own loop.
         seconds_final = (
             5.0 + 3 * seconds_score + test_greedy + (2.5 * test_greedy + 2 * trace) * beam
         )
-    seconds_left = 60 * config.time_budget_minutes - watch.elapsed()
+    seconds_final += seconds_compiling
+    budget_seconds = 60 * config.time_budget_minutes
+    if beam and 2.5 * test_greedy + 2 * trace > budget.BEAM_SHARE * budget_seconds:
+        # A user who gives a run ten minutes wants the model trained, not
+        # three of them spent on a beam-search score: greedy only.
+        seconds_final -= 2.5 * test_greedy + 2 * trace
+        plan["test_beam"] = False
+    seconds_left = budget_seconds - watch.elapsed()
     total = budget.plan_total_steps(
         seconds_left, seconds_per_step, steps_per_epoch, step,
         seconds_loss + seconds_score, seconds_final, max_steps,
@@ -373,10 +406,12 @@ def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
     plan.update({
         "total_steps": int(total),
         "seconds_per_step": round(seconds_per_step, 4),
+        "seconds_compiling_later": round(seconds_compiling, 1),
         "seconds_per_validation": round(seconds_loss + seconds_score, 2),
         "seconds_reserved_for_final": round(seconds_final, 1),
         "planned_at_second": round(watch.elapsed(), 1),
     })
+    plan.setdefault("test_beam", beam)
     return step
 
 
@@ -387,7 +422,7 @@ def _translator(config, model, tokenizer, beam_size):
                       beam_size=beam_size, length_penalty=config.length_penalty)
 
 
-def _evaluate(config, model, tokenizer, data, valid):
+def _evaluate(config, model, tokenizer, data, valid, beam=True):
     results = model.evaluate(valid, verbose=0, return_dict=True)
     metrics = {f"valid_{k}": float(v) for k, v in results.items()}
     if config.task != "translation":
@@ -406,9 +441,8 @@ def _evaluate(config, model, tokenizer, data, valid):
 
     sources, references = data.test
     decoded = {"greedy": _translator(config, model, tokenizer, beam_size=1)(sources)}
-    if config.beam_size > 1:
-        beam = _translator(config, model, tokenizer, beam_size=config.beam_size)
-        decoded["beam"] = beam(sources)
+    if config.beam_size > 1 and beam:
+        decoded["beam"] = _translator(config, model, tokenizer, config.beam_size)(sources)
     for name, hypotheses in decoded.items():
         # Headline: cased sacreBLEU of detokenized text; beside it the
         # lowercased Moses-tokenized BLEU that Multi30k papers quote.
