@@ -259,15 +259,16 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path):
     from training.schedule import WarmupLinearSchedule
     from training.selection import read_scores
 
-    budget_minutes = 1.0
+    budget_minutes = 1.5
     config = load_config("tiny", FAST + [
         "epochs=1000", f"time_budget_minutes={budget_minutes}", "eval_sentences=0",
         "beam_size=2", "warmup_steps=null",
     ])
     started = time.time()
     metrics = train(config, tmp_path / "run", verbose=0, started_at=started)
-    assert time.time() - started <= 60 * budget_minutes
-    assert metrics["total_seconds"] <= 60 * budget_minutes
+    where = {k: v for k, v in metrics.items() if k.endswith("seconds") or k == "plan"}
+    assert time.time() - started <= 60 * budget_minutes, where
+    assert metrics["total_seconds"] <= 60 * budget_minutes, where
     assert {"data_seconds", "vocabulary_seconds", "train_seconds", "eval_seconds"} <= set(metrics)
     plan = metrics["plan"]
     assert json.loads((tmp_path / "run" / "plan.json").read_text()) == plan
