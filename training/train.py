@@ -213,13 +213,13 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
     plan = budget.read_plan(plan_path)
     max_steps = config.epochs * steps_per_epoch
     with strategy.scope():
-        model, loss, metrics, hidden_dim = _build(config, tokenizer, data)
+        model, loss, train_metrics, hidden_dim = _build(config, tokenizer, data)
         if plan is None:
             plan = recipe.resolve(config, hidden_dim, batch_tokens, max_steps)
             plan["planned"] = config.time_budget_minutes is None
         schedule = recipe.build_schedule(config, hidden_dim, plan)
         optimizer = recipe.build_optimizer(schedule, plan["weight_decay"])
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+        model.compile(optimizer=optimizer, loss=loss, metrics=train_metrics,
                       jit_compile=config.jit_compile)
 
     logs_dir = os.path.join(run_dir, "logs")
@@ -230,14 +230,16 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
     step = checkpoint.restore(model)
     if resumed and verbose:
         print(f"Resuming {run_dir} from step {step}.", flush=True)
-    validation_score, monitor, mode = _validation_score(config, model, tokenizer, data, valid)
+    # One greedy translator for validation BLEU and model selection: its
+    # decoding loop is traced once (the plan times that trace).
+    greedy = _translator(config, model, tokenizer, 1) if config.task == "translation" else None
+    validation_score, monitor, mode = _validation_score(config, greedy, data, valid)
     callbacks = [checkpoint]
     if config.task == "translation":
         if config.eval_sentences:
             n = config.eval_sentences
             callbacks.append(ValidationBleu(
-                _translator(config, model, tokenizer, beam_size=1),
-                data.valid[0][:n], data.valid[1][:n], config.lower_case,
+                greedy, data.valid[0][:n], data.valid[1][:n], config.lower_case,
             ))
         callbacks.append(AttentionImages(
             os.path.join(logs_dir, "attention"),
@@ -291,7 +293,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             choice = "average_last"
         chosen = selection.select(model, run_dir, k, validation_score, choice)
         metrics = _evaluate(config, model, tokenizer, data, valid,
-                            beam=plan.get("test_beam", True))
+                            beam=plan.get("test_beam", True), greedy=greedy)
     metrics.update({
         "steps": int(checkpoint.step),
         "steps_per_epoch": steps_per_epoch,
@@ -329,16 +331,18 @@ def _segments(step, total_steps, steps_per_epoch):
     return segments
 
 
-def _validation_score(config, model, tokenizer, data, valid):
-    """(score(model) -> float, higher is better; epoch-log monitor; mode)."""
+def _validation_score(config, greedy, data, valid):
+    """(score(model) -> float, higher is better; epoch-log monitor; mode).
+
+    `greedy` is the model's greedy `Translator` (translation only).
+    """
     if config.task == "translation" and config.eval_sentences:
         from training.evaluation import corpus_bleu
 
         n = config.eval_sentences
-        translator = _translator(config, model, tokenizer, beam_size=1)
 
         def bleu(model):
-            hypotheses = translator(data.valid[0][:n])
+            hypotheses = greedy(data.valid[0][:n])
             return corpus_bleu(hypotheses, data.valid[1][:n], config.lower_case).score
 
         return bleu, "val_bleu", "max"
@@ -422,7 +426,7 @@ def _translator(config, model, tokenizer, beam_size):
                       beam_size=beam_size, length_penalty=config.length_penalty)
 
 
-def _evaluate(config, model, tokenizer, data, valid, beam=True):
+def _evaluate(config, model, tokenizer, data, valid, beam=True, greedy=None):
     results = model.evaluate(valid, verbose=0, return_dict=True)
     metrics = {f"valid_{k}": float(v) for k, v in results.items()}
     if config.task != "translation":
@@ -440,7 +444,8 @@ def _evaluate(config, model, tokenizer, data, valid, beam=True):
     from training.evaluation import bleu_scores
 
     sources, references = data.test
-    decoded = {"greedy": _translator(config, model, tokenizer, beam_size=1)(sources)}
+    greedy = greedy or _translator(config, model, tokenizer, beam_size=1)
+    decoded = {"greedy": greedy(sources)}
     if config.beam_size > 1 and beam:
         decoded["beam"] = _translator(config, model, tokenizer, config.beam_size)(sources)
     for name, hypotheses in decoded.items():
