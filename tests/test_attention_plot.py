@@ -1,4 +1,4 @@
-"""Labelled attention heatmaps: the figure and its pixels."""
+"""Labelled attention heatmaps: the figure, its pixels, and TensorBoard's images."""
 
 import io
 
@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.models import Transformer
 from training.attention_plot import attention_figure, figure_to_png_array
+from training.monitor import AttentionImages, attention_example
+from training.tokenizers import RESERVED_TOKENS, WordPieceTokenizer
 
 SOURCE = ["ein", "mann", "mit", "##s", "$5", "."]
 TARGET = ["a", "man", "with", "$", "[END]"]
@@ -93,3 +96,45 @@ def test_array_has_the_figure_pixel_size_and_its_png_pixels():
     png = tf.io.decode_png(buffer.getvalue(), channels=4).numpy()
     np.testing.assert_array_equal(pixels, png)
     assert len(np.unique(pixels.reshape(-1, 4), axis=0)) > 50  # a drawing, not a blank
+
+
+def _read_images(log_dir):
+    """{tag: [(step, decoded image (H, W, C))]} from the event files under log_dir."""
+    images = {}
+    for path in tf.io.gfile.glob(f"{log_dir}/events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                # tf.summary.image stores [width, height, png, ...] as strings.
+                encoded = tf.make_ndarray(value.tensor)
+                width, height = int(encoded[0]), int(encoded[1])
+                image = tf.io.decode_png(encoded[2]).numpy()
+                assert image.shape[:2] == (height, width)
+                images.setdefault(value.tag, []).append((event.step, image))
+    return images
+
+
+def test_callback_writes_the_rendered_heatmap(tmp_path):
+    vocabulary = list(RESERVED_TOKENS) + ["ein", "mann", "a", "man", "with", "mit", "."]
+    tokenizer = WordPieceTokenizer(vocabulary)
+    source_ids, decoder_ids = attention_example(tokenizer, "ein mann mit .", "a man with .", 16)
+    model = Transformer(vocabulary_size=len(vocabulary), num_layers=2, hidden_dim=8,
+                        num_heads=2, intermediate_dim=16, max_sequence_length=16)
+    callback = AttentionImages(str(tmp_path), source_ids, decoder_ids, tokenizer.vocabulary)
+    assert callback.source_tokens == ["ein", "mann", "mit", "."]
+    # Row t is labelled with the piece predicted there: y(t+1), then [END].
+    assert callback.target_tokens == ["a", "man", "with", ".", "[END]"]
+    callback.set_model(model)
+    callback.on_epoch_end(0)
+
+    images = _read_images(tmp_path)
+    assert sorted(images) == ["cross_attention/last_layer", "cross_attention/layer_0",
+                              "cross_attention/layer_1"]
+    (step, image), = images["cross_attention/last_layer"]
+    weights = model.attention_weights(source_ids[None], decoder_ids[None])["cross"]
+    expected = figure_to_png_array(attention_figure(
+        np.asarray(weights[-1])[0], callback.source_tokens, callback.target_tokens,
+        heads="all", title="cross-attention, last layer, epoch 1",
+    ))
+    assert step == 0
+    assert image.shape == expected.shape
+    np.testing.assert_array_equal(image, expected)
