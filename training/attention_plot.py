@@ -31,7 +31,8 @@ MIN_MAIN_INCHES = 3.0
 # along its axis, clipped to a readable range.
 FONT_SHARE = 0.4
 MIN_FONT, MAX_FONT = 7.0, 12.0
-HEAD_PANEL_INCHES = 1.8
+# Head panels: at least this wide, as many to a row as fit under the main map.
+HEAD_PANEL_INCHES = 1.4
 
 
 def _layer_weights(weights):
@@ -119,7 +120,7 @@ def attention_figure(weights, source_tokens, target_tokens, heads=None, title=No
     label_chars = max(len(t) for t in source_tokens + target_tokens)
     margin = 0.12 * label_chars * max(x_font, y_font) / 10 + 0.6
     width = main_width + margin + 1.2
-    per_row = max(1, int(width // HEAD_PANEL_INCHES))
+    per_row = max(1, min(len(panels), int(width // HEAD_PANEL_INCHES)))
     head_rows = -(-len(panels) // per_row)
     height = main_height + margin + 0.6 + head_rows * (HEAD_PANEL_INCHES + 0.3)
 
