@@ -33,6 +33,8 @@ setup(
         "keras>=3.10,<4",
         "tensorboard>=2.21,<2.22",
         "sacrebleu>=2.4,<3",
+        # TensorBoard's attention heatmaps (training/attention_plot.py).
+        "matplotlib>=3.8",
         "ai-edge-litert>=2.0,<3",
         "numpy>=1.26",
     ],
@@ -43,7 +45,6 @@ setup(
             "nbclient>=0.10,<1",
             "nbformat>=5.9,<6",
             "ipykernel>=6",
-            "matplotlib>=3.8",
             "scikit-learn>=1.4",
             # tests/test_jax_backend.py: the modeling library on Keras' JAX
             # backend (CPU), in a subprocess.

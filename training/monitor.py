@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from keras_transformer.models import START_ID
+from keras_transformer.models import END_ID, START_ID
+from training.attention_plot import attention_figure, figure_to_png_array
 
 
 class ValidationBleu(keras.callbacks.Callback):
@@ -34,27 +35,45 @@ class ValidationBleu(keras.callbacks.Callback):
 class AttentionImages(keras.callbacks.Callback):
     """Writes cross-attention heatmaps of one fixed validation pair each epoch.
 
-    The image is the last decoder layer's cross-attention, averaged over
-    heads: rows are target positions, columns source positions.
+    Each image is a labelled heatmap (`training.attention_plot`): source
+    word pieces along the x axis, target pieces along the y axis, each row
+    labelled with the piece the decoder predicts there (the teacher-forced
+    input is `[START] y1 .. yn`, so row t predicts y(t+1) and the last row
+    `[END]`). `cross_attention/last_layer` is the last decoder layer's mean
+    over heads with every head below it; `cross_attention/layer_i` is layer
+    i's mean over heads.
+
+    Args:
+        log_dir: folder of the event file.
+        encoder_token_ids: the source ids, `(S,)`.
+        decoder_token_ids: `[START]` then the target ids, `(T,)`.
+        vocabulary: the tokenizer's pieces (`tokenizer.vocabulary`), id -> str.
     """
 
-    def __init__(self, log_dir, encoder_token_ids, decoder_token_ids):
+    def __init__(self, log_dir, encoder_token_ids, decoder_token_ids, vocabulary):
         super().__init__()
         self.writer = tf.summary.create_file_writer(log_dir)
         self.encoder_token_ids = np.asarray(encoder_token_ids, "int32")[None]
         self.decoder_token_ids = np.asarray(decoder_token_ids, "int32")[None]
+        self.source_tokens = [vocabulary[i] for i in self.encoder_token_ids[0]]
+        predicted = list(self.decoder_token_ids[0, 1:]) + [END_ID]
+        self.target_tokens = [vocabulary[i] for i in predicted]
 
     def on_epoch_end(self, epoch, logs=None):
         weights = self.model.attention_weights(self.encoder_token_ids, self.decoder_token_ids)
-        cross = np.asarray(weights["cross"][-1])[0].mean(axis=0)  # (T, S)
-        image = cross / max(cross.max(), 1e-9)
+        cross = [np.asarray(w)[0] for w in weights["cross"]]  # per layer (h, T, S)
+        images = {"cross_attention/last_layer": attention_figure(
+            cross[-1], self.source_tokens, self.target_tokens, heads="all",
+            title=f"cross-attention, last layer, epoch {epoch + 1}",
+        )}
+        for layer, w in enumerate(cross):
+            images[f"cross_attention/layer_{layer}"] = attention_figure(
+                w, self.source_tokens, self.target_tokens,
+                title=f"cross-attention, layer {layer}, mean of heads",
+            )
         with self.writer.as_default():
-            tf.summary.image("cross_attention/last_layer", image[None, :, :, None], step=epoch)
-            for layer, w in enumerate(weights["cross"]):
-                tf.summary.image(
-                    f"cross_attention/layer_{layer}",
-                    np.asarray(w)[0].mean(0)[None, :, :, None], step=epoch,
-                )
+            for tag, fig in images.items():
+                tf.summary.image(tag, figure_to_png_array(fig)[None], step=epoch)
         self.writer.flush()
 
 

@@ -245,6 +245,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             os.path.join(logs_dir, "attention"),
             *attention_example(tokenizer, data.valid[0][0], data.valid[1][0],
                                config.max_sequence_length),
+            tokenizer.vocabulary,
         ))
     callbacks += [
         selection.EpochScores(
