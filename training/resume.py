@@ -14,6 +14,7 @@ stream, so an interrupted run ends with the weights of an uninterrupted one.
 import json
 import os
 import shutil
+import time
 
 import keras
 import numpy as np
@@ -52,6 +53,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         self.keep = int(keep)
         self.is_chief = is_chief
         self.step = 0
+        self.save_seconds = []  # how long each save took (a time budget plans them)
 
     def latest(self):
         pointer = os.path.join(self.directory, POINTER)
@@ -89,6 +91,11 @@ class ResumableCheckpoint(keras.callbacks.Callback):
     def save(self):
         if not self.is_chief:
             return
+        started = time.perf_counter()
+        self._save()
+        self.save_seconds.append(time.perf_counter() - started)
+
+    def _save(self):
         name = f"step-{self.step:09d}"
         folder = os.path.join(self.directory, name)
         if os.path.isdir(folder):  # already saved at this step (epoch end)

@@ -366,7 +366,10 @@ def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
     model.fit(train_stream.skip(step), epochs=1, steps_per_epoch=calibration,
               callbacks=[checkpoint, timer], verbose=0, shuffle=False)
     step = checkpoint.step
-    seconds_per_step = timer.seconds_per_step()
+    # Steps that saved a checkpoint are slow too: their cost is planned as
+    # a save every `checkpoint_every_steps` updates, and one per epoch.
+    seconds_save = float(np.mean(checkpoint.save_seconds)) if checkpoint.save_seconds else 0.0
+    seconds_per_step = timer.seconds_per_step() + seconds_save / config.checkpoint_every_steps
     # Shapes not met yet still compile later (XLA: one per bucket).
     compiled, seconds_per_compile = timer.compiles()
     shapes = len(pipeline.bucket_boundaries(config.max_sequence_length, 16, 1.5)) - 1
@@ -403,7 +406,7 @@ def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
     seconds_left = budget_seconds - watch.elapsed()
     total = budget.plan_total_steps(
         seconds_left, seconds_per_step, steps_per_epoch, step,
-        seconds_loss + seconds_score, seconds_final, max_steps,
+        seconds_loss + seconds_score + 2 * seconds_save, seconds_final, max_steps,
     )
     if config.schedule == "auto":
         plan["warmup_steps"] = min(config.warmup_steps or recipe.warmup_steps(total), total - 1)
@@ -412,7 +415,7 @@ def _calibrate_and_plan(config, model, schedule, train_stream, checkpoint, step,
         "total_steps": int(total),
         "seconds_per_step": round(seconds_per_step, 4),
         "seconds_compiling_later": round(seconds_compiling, 1),
-        "seconds_per_validation": round(seconds_loss + seconds_score, 2),
+        "seconds_per_validation": round(seconds_loss + seconds_score + 2 * seconds_save, 2),
         "seconds_reserved_for_final": round(seconds_final, 1),
         "planned_at_second": round(watch.elapsed(), 1),
     })
