@@ -150,8 +150,14 @@ print(
 #   more data, and the run makes R times fewer updates in all. The paper's
 #   4,000 warm-up steps were tuned for its ~25,000-token batches on 8 GPUs
 #   (Section 5.1). When the global batch grows, keep `warmup_steps` in steps
-#   and raise the rate with care (`learning_rate_scale`; linear scaling with
-#   the batch is an upper bound, square-root scaling a safer start).
+#   and raise the rate with care (the schedule's `scale`, or
+#   `learning_rate_scale` with `schedule="paper"`; linear scaling with the
+#   batch is an upper bound, square-root scaling a safer start).
+# - **`train`'s default schedule (`schedule="auto"`) does this itself.** Its
+#   peak grows as the square root of the global batch's tokens up to 4,096
+#   (`training/recipe.py`), and its warm-up is a tenth of the updates the run
+#   plans (at least min(100, a quarter of them), at most 4,000), so R times
+#   fewer updates get a warm-up about R times shorter.
 #
 # The learning rate against the number of examples seen, for one epoch of
 # 128,000 examples at 32 examples per replica:
