@@ -11,6 +11,8 @@ import json
 import pathlib
 
 CONFIG_DIR = pathlib.Path(__file__).parent / "configs"
+# The trained tasks (`training.tasks.TASKS` holds them; kept here as a light
+# list so that --help and validation need not import TensorFlow).
 TASKS = ("translation", "classification", "timeseries")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -170,13 +172,12 @@ class TrainingConfig:
                 f"`average_last`={self.average_last} exceeds `keep_epoch_checkpoints`="
                 f"{self.keep_epoch_checkpoints}: those checkpoints would be deleted."
             )
-        if self.patch_length != 1 and self.task != "timeseries":
-            raise ValueError(
-                f"`patch_length` applies to task='timeseries' only; received "
-                f"patch_length={self.patch_length!r} with task={self.task!r}."
-            )
         if self.dataset == "files" and not self.train_files:
             raise ValueError("dataset='files' needs `train_files`; received train_files=().")
+        # Last: the task's own checks import its module (and TensorFlow).
+        from training.tasks import get_task
+
+        get_task(self.task).check_config(self)
 
 
 def _choice(name, value, choices):

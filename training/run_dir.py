@@ -179,7 +179,7 @@ def prepare_run_dir(run_dir, config, overwrite=False):
 
 @dataclasses.dataclass
 class Run:
-    """What a finished run directory holds, loaded."""
+    """What a finished run directory holds, loaded; `task` is the config's task name."""
 
     run_dir: str
     task: str
@@ -196,6 +196,7 @@ def load_run(run_dir):
 
     import keras_transformer  # noqa: F401  (registers the serializable classes)
     import training.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
+    from training.tasks import get_task
 
     run_dir = os.fspath(run_dir)
     model_path = os.path.join(run_dir, "model.keras")
@@ -206,18 +207,10 @@ def load_run(run_dir):
         )
     with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    tokenizer = None
-    if os.path.isdir(os.path.join(run_dir, "vocab")):
-        from training.tokenizers import WordPieceTokenizer
-
-        tokenizer = WordPieceTokenizer.load(os.path.join(run_dir, "vocab"))
-    label_names = None
-    if os.path.isfile(os.path.join(run_dir, "labels.json")):
-        with open(os.path.join(run_dir, "labels.json"), encoding="utf-8") as f:
-            label_names = json.load(f)
+    task = get_task(config["task"]).load_assets(run_dir)
     metrics = {}
     if os.path.isfile(os.path.join(run_dir, "metrics.json")):
         with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
     model = keras.saving.load_model(model_path)
-    return Run(run_dir, config["task"], config, model, tokenizer, label_names, metrics)
+    return Run(run_dir, config["task"], config, model, task.tokenizer, task.label_names, metrics)
