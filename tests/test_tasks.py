@@ -7,24 +7,32 @@ export, verify) is tests/test_task_contract.py.
 import dataclasses
 import inspect
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.models import (
+    Transformer,
+    TransformerClassifier,
+    VisionTransformer,
+)
 from training import config as config_module
 from training import recipe
 from training.config import TrainingConfig
 from training.tasks import TASKS, Task, get_task
 from training.tasks.base import TASK_FIELDS
 
-# The hooks a trained task must fill in.
+# The hooks a trained task must fill in, and those every exported task must.
 TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
                   "loss_and_metrics", "validation_score", "evaluate_test")
+EXPORT_HOOKS = ("parse_input", "outputs", "format_outputs", "serving_inputs",
+                "serving_module", "tflite_model", "probe_inputs")
 
 
 def test_registry_keys_are_the_task_names_and_config_lists_the_trained_ones():
     assert all(name == task.name for name, task in TASKS.items())
     assert config_module.TASKS == tuple(n for n, t in TASKS.items() if t.trainable)
-    assert set(TASKS) == {"translation", "classification", "timeseries"}
+    assert set(TASKS) == {"translation", "classification", "timeseries", "image"}
     for task in TASKS.values():
         assert issubclass(task, Task) and task.__bases__ == (Task,)  # flat
         assert set(task.datasets) <= set(config_module.DATASETS)
@@ -33,7 +41,8 @@ def test_registry_keys_are_the_task_names_and_config_lists_the_trained_ones():
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_fills_in_its_hooks(name):
     task = TASKS[name]
-    missing = [h for h in TRAINING_HOOKS if getattr(task, h) is getattr(Task, h)]
+    hooks = EXPORT_HOOKS + (TRAINING_HOOKS if task.trainable else ())
+    missing = [h for h in hooks if getattr(task, h) is getattr(Task, h)]
     assert missing == [], f"{name} leaves {missing} to the base"
 
 
@@ -74,6 +83,68 @@ def test_a_dataset_of_another_task_is_refused(name, dataset, match, tmp_path):
         get_task(name).load_data(config, tmp_path)
 
 
+def test_image_task_is_not_trained():
+    with pytest.raises(ValueError, match="task='image' is not trained"):
+        get_task("image").load_data(TrainingConfig(), "unused")
+
+
+@pytest.mark.parametrize(
+    "name, model",
+    [("translation", TransformerClassifier(num_classes=2, vocabulary_size=10, num_layers=1,
+                                            hidden_dim=8, num_heads=2, intermediate_dim=8)),
+     ("image", Transformer(vocabulary_size=10, num_layers=1, hidden_dim=8, num_heads=2,
+                           intermediate_dim=8, max_sequence_length=8))],
+)
+def test_check_model_names_the_needed_class(name, model):
+    wanted = {"translation": Transformer, "image": VisionTransformer}[name].__name__
+    with pytest.raises(ValueError, match=f"task='{name}' needs a {wanted}; received model="):
+        get_task(name).check_model(model)
+
+
+def test_series_lines_parse_to_steps_and_features():
+    task = get_task("timeseries")
+    np.testing.assert_array_equal(task.parse_input("1, 2 3\t4"), [[1], [2], [3], [4]])
+    np.testing.assert_array_equal(task.parse_input("1,2; 3 4;"), [[1, 2], [3, 4]])
+    assert task.parse_input([0.5, 1.5]).shape == (2, 1)
+    assert task.parse_input(np.zeros((3, 2))).dtype == np.float32
+    for bad in ("1 two 3", "", "1,2; 3", "nan 1"):
+        with pytest.raises(ValueError, match="series"):
+            task.parse_input(bad)
+
+
+def test_text_inputs_are_strings():
+    task = get_task("classification")
+    assert task.parse_input(b"caf\xc3\xa9") == "café" and task.parse_input("") == ""
+    with pytest.raises(ValueError, match="must be a string; received int"):
+        task.parse_input(3)
+    with pytest.raises(ValueError, match="image arrays"):
+        get_task("image").parse_input("a picture")
+
+
+def test_classifier_lines_give_the_label_and_its_probability():
+    task = get_task("classification")
+    softmax = {"probabilities": np.array([[0.2, 0.8], [0.9, 0.1]], np.float32),
+               "labels": np.array([b"pos", b"neg"], dtype=object)}
+    assert task.format_outputs(softmax) == ["pos\t0.8000", "neg\t0.9000"]
+    sigmoid = {"probabilities": np.array([[0.7], [0.25]], np.float32),
+               "labels": np.array([b"yes", b"no"], dtype=object)}
+    assert get_task("timeseries").format_outputs(sigmoid) == ["yes\t0.7000", "no\t0.7500"]
+    translations = {"translations": np.array([b"zwei", "über".encode()], dtype=object)}
+    assert get_task("translation").format_outputs(translations) == ["zwei", "über"]
+
+
+def test_beam_size_is_for_translation_and_a_saved_model_has_one_beam_width():
+    translation = get_task("translation")
+    assert translation.signature_name(1) == "serving_default"
+    assert translation.signature_name(4) == "translate_beam"
+    with pytest.raises(ValueError, match="beam_size=3"):
+        translation.signature_name(3)
+    with pytest.raises(ValueError, match="beam_size must be a positive integer; received 0"):
+        translation.check_beam_size(0)
+    with pytest.raises(ValueError, match="beam_size=2 with task='classification'"):
+        get_task("classification").signature_name(2)
+
+
 def test_batch_tokens_count_what_the_learning_rate_scales_with():
     config = TrainingConfig(task="timeseries", dataset="ucr", patch_length=4)
     ids = tf.constant([[5, 6, 0], [7, 0, 0]])
@@ -85,11 +156,15 @@ def test_batch_tokens_count_what_the_learning_rate_scales_with():
 
 def test_pipeline_and_exporters_do_not_branch_on_task_names():
     """The acceptance check of the Task design: no task name outside training/tasks/."""
+    import export.saved_model
+    import export.tflite
+    import export.verify
     import training.recipe
     import training.run_dir
     import training.train
 
-    modules = (training.train, training.run_dir, training.recipe)
+    modules = (training.train, training.run_dir, training.recipe,
+               export.saved_model, export.tflite, export.verify)
     for module in modules:
         source = inspect.getsource(module)
         for name in TASKS:

@@ -14,13 +14,14 @@ command line validates against without importing TensorFlow).
 """
 
 from training.tasks.base import Task
+from training.tasks.image_classification import ImageClassification
 from training.tasks.series_classification import SeriesClassification
 from training.tasks.text_classification import TextClassification
 from training.tasks.translation import Translation
 
 TASKS = {
     task.name: task
-    for task in (Translation, TextClassification, SeriesClassification)
+    for task in (Translation, TextClassification, SeriesClassification, ImageClassification)
 }
 
 

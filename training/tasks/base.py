@@ -1,11 +1,12 @@
 """`Task`: what differs between kinds of problem, behind one interface.
 
-The pipeline (`training.train`) is written
+The pipeline (`training.train`, `export.*`) is written
 once against these hooks and never branches on a task's name; the one string
 lookup is `training.tasks.get_task(config.task)`.  A task is a plain object,
 not a Keras model: it reads its data, holds its assets (a tokenizer for
 text, class names for classifiers), builds its model, loss and metrics,
-scores a model for selection and evaluates it.  Loop, resume,
+scores a model for selection, evaluates it, and knows how the model is
+served, converted to TFLite and checked after export.  Loop, resume,
 distribution, averaging, the run directory and atomic writes stay in the
 pipeline; tokenizers, decoding and the served `tf.Module`s stay in their
 modules, which the tasks call.
@@ -19,6 +20,8 @@ Who calls what:
 | `build_model`, `loss_and_metrics` | `training.train._build` |
 | `validation_score`, `time_evaluation`, `callbacks`, `evaluate` | `training.train` |
 | `load_assets` | `training.run_dir.load_run` |
+| `outputs`, `serving_inputs` | `export.verify`; with `parse_input`, `format_outputs`, `signature_name`, prediction |
+| `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
 """
 
 import json
@@ -44,7 +47,7 @@ class Task:
     datasets = ()
     #: False for tasks that are exported but never trained by `train`.
     trainable = True
-    #: The Keras model class `build_model` returns.
+    #: The Keras model class `build_model` returns; export refuses others.
     model_class = None
     #: The `TASK_FIELDS` this task reads.
     fields = ()
@@ -114,6 +117,14 @@ class Task:
         """(loss, [metrics]) to compile with; the pipeline adds the optimizer."""
         raise NotImplementedError
 
+    def check_model(self, model):
+        """Raises ValueError unless `model` is this task's `model_class`."""
+        if not isinstance(model, self.model_class):
+            raise ValueError(
+                f"task={self.name!r} needs a {self.model_class.__name__}; "
+                f"received model={type(model).__name__}."
+            )
+
     # --- selection and evaluation -------------------------------------------
 
     def validation_score(self, config, model, data, valid):
@@ -142,4 +153,63 @@ class Task:
 
     def evaluate_test(self, config, model, data):
         """The test split's figures."""
+        raise NotImplementedError
+
+    # --- inference --------------------------------------------------------------
+
+    def parse_input(self, example):
+        """One raw input (a line of text, or already parsed) as `outputs` takes it."""
+        raise NotImplementedError
+
+    def batch_key(self, example):
+        """Examples are batched in this order; a change of key for `same_key_batches`."""
+        return len(example)
+
+    #: Only examples of equal `batch_key` share a batch (unmasked padding).
+    same_key_batches = False
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """What the serving signature returns for `examples`, computed with Keras.
+
+        The verification reference, and `Run.predict`'s answer.
+        """
+        raise NotImplementedError
+
+    def format_outputs(self, outputs):
+        """Signature outputs {key: array} -> one line of text per example."""
+        raise NotImplementedError
+
+    def check_beam_size(self, beam_size):
+        """Raises ValueError unless the task decodes with `beam_size` beams."""
+        if beam_size != 1:
+            raise ValueError(
+                f"beam_size applies to translation; received beam_size={beam_size!r} "
+                f"with task={self.name!r}."
+            )
+
+    def signature_name(self, beam_size=1):
+        """The SavedModel signature that answers `outputs(..., beam_size)`."""
+        self.check_beam_size(beam_size)
+        return "serving_default"
+
+    def serving_inputs(self, examples):
+        """{signature input key: array} of parsed `examples`."""
+        raise NotImplementedError
+
+    # --- export -----------------------------------------------------------------
+
+    def serving_module(self, model):
+        """The inference `tf.Module` a SavedModel serves (`export.serving`)."""
+        raise NotImplementedError
+
+    def class_names(self, model):
+        """The served class names (`labels.txt`), or None without classes."""
+        return None
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        """The `.tflite` flatbuffer (`export.tflite`)."""
+        raise NotImplementedError
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        """Inputs that verification runs through an export."""
         raise NotImplementedError

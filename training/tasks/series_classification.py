@@ -87,3 +87,65 @@ class SeriesClassification(Task):
 
     def evaluate_test(self, config, model, data):
         return classifiers.test_metrics(self, config, model, data)
+
+    # --- inference and export ---------------------------------------------------
+
+    def parse_input(self, example):
+        """A series `(T, F)` float32: an array (`(T,)` is one feature), or a line
+        of numbers separated by commas or spaces, time steps by ";" when F > 1
+        ("1 2 3" is (3, 1); "1,2; 3,4" is (2, 2))."""
+        if isinstance(example, (str, bytes)):
+            text = example.decode() if isinstance(example, bytes) else example
+            steps = [s.strip() for s in text.split(";")] if ";" in text else None
+            try:
+                if steps is None:
+                    values = [[float(v)] for v in _NUMBER_SEPARATORS.split(text.strip()) if v]
+                else:
+                    values = [[float(v) for v in _NUMBER_SEPARATORS.split(s) if v]
+                              for s in steps if s]
+                series = np.asarray(values, np.float32)
+            except ValueError as error:
+                raise ValueError(
+                    f"A series must be numbers, as many at every step; received {text!r}."
+                ) from error
+        else:
+            series = np.asarray(example, np.float32)
+            series = series[:, None] if series.ndim == 1 else series
+        if series.ndim != 2 or series.shape[0] == 0 or not np.isfinite(series).all():
+            raise ValueError(
+                "A series must be finite numbers, (T,) or (T, F) with T >= 1 and one F "
+                f"per step; received {example!r}."
+            )
+        return series
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """Probabilities and labels of series cut to `max_sequence_length` steps, as served."""
+        self.check_beam_size(beam_size)
+        features = np.asarray(list(examples), np.float32)[:, : int(model.max_sequence_length)]
+        if features.shape[-1] != model.num_features:
+            raise ValueError(
+                f"The model reads {model.num_features} features per step; received "
+                f"series of shape {features.shape[1:]}."
+            )
+        return classifiers.outputs(model, features, self.label_names)
+
+    def format_outputs(self, outputs):
+        return classifiers.format_outputs(outputs)
+
+    def serving_inputs(self, examples):
+        return {"features": np.asarray(list(examples), np.float32)}
+
+    def serving_module(self, model):
+        return classifiers.serving_module(model, None, self.label_names)
+
+    def class_names(self, model):
+        return classifiers.class_names(model, self.label_names)
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        return classifiers.tflite_model(model, quantize, sequence_length, batch_size)
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        """Standard normal series of min(16, `max_sequence_length`) steps."""
+        length = min(16, int(model.max_sequence_length))
+        rng = np.random.default_rng(seed)
+        return rng.standard_normal((num_examples, length, model.num_features)).astype(np.float32)

@@ -3,12 +3,16 @@
 import numpy as np
 
 from keras_transformer.models import TransformerClassifier
+from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 from training import pipeline, text_files
 from training.data import TaskData, require_file, resolve_data_dir
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
+    text_input,
+    text_probes,
+    token_ids,
 )
 
 
@@ -97,3 +101,33 @@ class TextClassification(Task):
 
     def evaluate_test(self, config, model, data):
         return classifiers.test_metrics(self, config, model, data)
+
+    # --- inference and export ---------------------------------------------------
+
+    parse_input = staticmethod(text_input)
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """Probabilities and labels; a sentence without tokens reads as one `[UNK]`,
+        as served (`export.serving.fill_empty_rows`)."""
+        self.check_beam_size(beam_size)
+        ids = token_ids(self.tokenizer, examples, int(model.max_sequence_length))
+        ids[(ids == PAD_ID).all(axis=1), 0] = UNK_ID
+        return classifiers.outputs(model, ids, self.label_names)
+
+    def format_outputs(self, outputs):
+        return classifiers.format_outputs(outputs)
+
+    def serving_inputs(self, examples):
+        return {"sentences": np.asarray(list(examples), dtype=object)}
+
+    def serving_module(self, model):
+        return classifiers.serving_module(model, self.tokenizer, self.label_names)
+
+    def class_names(self, model):
+        return classifiers.class_names(model, self.label_names)
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        return classifiers.tflite_model(model, quantize, sequence_length, batch_size)
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        return text_probes(self.tokenizer, num_examples, seed)

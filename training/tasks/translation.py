@@ -4,6 +4,7 @@ import os
 import time
 
 import numpy as np
+import tensorflow as tf
 
 from keras_transformer.models import Transformer
 from training import pipeline, text_files, toy_data
@@ -19,6 +20,9 @@ from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
     preset_config,
+    text_input,
+    text_probes,
+    token_ids,
 )
 
 
@@ -36,6 +40,10 @@ class Translation(Task):
     name = "translation"
     datasets = ("toy", "multi30k", "files")
     model_class = Transformer
+
+    def __init__(self, tokenizer=None, label_names=None):
+        super().__init__(tokenizer, label_names)
+        self._translators = {}
 
     def recipe_defaults(self):
         return {"weight_decay": 1e-4}  # fairseq's IWSLT de-en recipe
@@ -170,3 +178,62 @@ class Translation(Task):
                                strict=False)
         ]
         return metrics
+
+    # --- inference and export ---------------------------------------------------
+
+    parse_input = staticmethod(text_input)
+
+    def check_beam_size(self, beam_size):
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
+            raise ValueError(f"beam_size must be a positive integer; received {beam_size!r}.")
+
+    def signature_name(self, beam_size=1):
+        from export.serving import BEAM_SIZE  # On use: export imports the tasks.
+
+        self.check_beam_size(beam_size)
+        if beam_size == 1:
+            return "serving_default"
+        if beam_size != BEAM_SIZE:
+            raise ValueError(
+                f"A SavedModel translates greedily (beam_size=1) or with its "
+                f"translate_beam signature (beam_size={BEAM_SIZE}, fixed at "
+                f"export); received beam_size={beam_size}."
+            )
+        return "translate_beam"
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """{"translations": (N,) bytes}: cut to `max_sequence_length` pieces, decoded
+        up to min(S + 50, `max_sequence_length`) tokens (Section 6.1), as served."""
+        self.check_beam_size(beam_size)
+        ids = token_ids(self.tokenizer, examples, int(model.config.max_sequence_length))
+        key = (model, beam_size, float(length_penalty))
+        if key not in self._translators:  # one traced decoding loop per setting
+            self._translators[key] = Translator(
+                model, self.tokenizer, model.config.max_sequence_length,
+                beam_size=beam_size, length_penalty=length_penalty,
+            )
+        tokens = self._translators[key].decode_ids(ids)  # (N, L)
+        text = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(tokens))
+        return {"translations": np.asarray(text.numpy(), dtype=object)}
+
+    def format_outputs(self, outputs):
+        return [t.decode("utf-8") for t in outputs["translations"]]
+
+    def serving_inputs(self, examples):
+        return {"sentences": np.asarray(list(examples), dtype=object)}
+
+    def serving_module(self, model):
+        from export.serving import TranslatorModule  # On use: export imports the tasks.
+
+        if self.tokenizer is None:
+            raise ValueError("task='translation' needs the tokenizer; received tokenizer=None.")
+        return TranslatorModule(model, self.tokenizer)
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        from export.tflite import translator_tflite  # On use: export imports the tasks.
+
+        return translator_tflite(model, quantize, sequence_length, batch_size)
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        return text_probes(self.tokenizer, num_examples, seed)
+
