@@ -6,6 +6,7 @@ export, verify) is tests/test_task_contract.py.
 
 import dataclasses
 import inspect
+import io
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from keras_transformer.models import (
 from training import config as config_module
 from training import recipe
 from training.config import TrainingConfig
+from training.predict import answer_in_batches, read_inputs
 from training.tasks import TASKS, Task, get_task
 from training.tasks.base import TASK_FIELDS
 
@@ -154,18 +156,60 @@ def test_batch_tokens_count_what_the_learning_rate_scales_with():
     assert get_task("timeseries").batch_tokens(config, series, None) == 2 * 3  # ceil(10 / 4)
 
 
+def test_batches_keep_order_and_series_batches_share_one_length():
+    task = get_task("timeseries")
+    lengths = [5, 3, 5, 5, 3, 4]
+    examples = [np.full((n, 1), i, np.float32) for i, n in enumerate(lengths)]
+    seen = []
+
+    def answer(batch):
+        seen.append([len(x) for x in batch])
+        ids = [float(x[0, 0]) for x in batch]
+        return {"probabilities": np.array([[0.5, 0.5]] * len(batch), np.float32),
+                "labels": np.array([str(int(i)).encode() for i in ids], dtype=object)}
+
+    lines = answer_in_batches(task, examples, 2, answer)
+    assert [line.split("\t")[0] for line in lines] == [str(i) for i in range(len(lengths))]
+    assert all(len(set(b)) == 1 and len(b) <= 2 for b in seen)
+    assert sorted(sum(seen, [])) == sorted(lengths)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer; received 0"):
+        answer_in_batches(task, examples, 0, answer)
+
+
+def test_inputs_come_from_arguments_a_file_or_standard_input(tmp_path):
+    assert read_inputs(["a b", ""]) == ["a b", ""]
+    path = tmp_path / "in.txt"
+    path.write_bytes("eins\r\n\nzwei über\n".encode())
+    assert read_inputs(input_file=str(path)) == ["eins", "", "zwei über"]
+    assert read_inputs(stdin=io.StringIO("1 2 3\n4 5 6")) == ["1 2 3", "4 5 6"]
+    assert read_inputs(input_file="-", stdin=io.StringIO("")) == []
+    with pytest.raises(ValueError, match="not both"):
+        read_inputs(["x"], input_file=str(path))
+
+
 def test_pipeline_and_exporters_do_not_branch_on_task_names():
     """The acceptance check of the Task design: no task name outside training/tasks/."""
     import export.saved_model
     import export.tflite
     import export.verify
-    import training.recipe
+    import training.main_job
+    import training.predict
     import training.run_dir
     import training.train
 
-    modules = (training.train, training.run_dir, training.recipe,
+    modules = (training.train, training.run_dir, training.predict, training.main_job,
                export.saved_model, export.tflite, export.verify)
     for module in modules:
         source = inspect.getsource(module)
         for name in TASKS:
             assert f'== "{name}"' not in source and f'!= "{name}"' not in source, module
+
+
+def test_predict_errors_are_one_error_line(capsys, tmp_path):
+    from training import cli
+
+    assert cli.main(["predict", "--run-dir", str(tmp_path / "none"), "hello"]) == 2
+    assert "model.keras" in capsys.readouterr().err
+    argv = ["predict", "--saved-model", str(tmp_path), "--input", "in.txt", "hello"]
+    assert cli.main(argv) == 2
+    assert "not both" in capsys.readouterr().err

@@ -179,7 +179,11 @@ def prepare_run_dir(run_dir, config, overwrite=False):
 
 @dataclasses.dataclass
 class Run:
-    """What a finished run directory holds, loaded; `task` is the config's task name."""
+    """What a finished run directory holds, loaded.
+
+    `task` is the config's task name; `predict` answers raw inputs through
+    it (`training.predict`).
+    """
 
     run_dir: str
     task: str
@@ -188,6 +192,22 @@ class Run:
     tokenizer: object | None
     label_names: list | None
     metrics: dict
+
+    def predict(self, inputs, beam_size=1, batch_size=64):
+        """One output line per input: a translation, or `label<TAB>probability`.
+
+        Args:
+            inputs: Sentences, or series (arrays, or lines of numbers).
+            beam_size: Beams of a translator (1: greedy search).
+            batch_size: Inputs per model call.
+
+        Returns:
+            A list of strings, the same the run's SavedModel gives
+            (`training.predict.predict_saved_model`).
+        """
+        from training.predict import predict_run
+
+        return predict_run(self, inputs, beam_size=beam_size, batch_size=batch_size)
 
 
 def load_run(run_dir):

@@ -1,6 +1,6 @@
 """`Task`: what differs between kinds of problem, behind one interface.
 
-The pipeline (`training.train`, `export.*`) is written
+The pipeline (`training.train`, `training.predict`, `export.*`) is written
 once against these hooks and never branches on a task's name; the one string
 lookup is `training.tasks.get_task(config.task)`.  A task is a plain object,
 not a Keras model: it reads its data, holds its assets (a tokenizer for
@@ -20,7 +20,7 @@ Who calls what:
 | `build_model`, `loss_and_metrics` | `training.train._build` |
 | `validation_score`, `time_evaluation`, `callbacks`, `evaluate` | `training.train` |
 | `load_assets` | `training.run_dir.load_run` |
-| `outputs`, `serving_inputs` | `export.verify`; with `parse_input`, `format_outputs`, `signature_name`, prediction |
+| `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.predict`, `export.verify` |
 | `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
 """
 
