@@ -9,13 +9,14 @@ TensorFlow:
 - `export.verify.verify_saved_model`: fresh process and `saved_model_cli`
   vs Keras.
 - `export.serving`: the `TranslatorModule` and `ClassifierModule` served.
+
+What an export serves depends on its task, a key of `training.tasks.TASKS`
+("translation", "classification", "timeseries", or "image" for a
+`VisionTransformer`, exported through the library functions only since no
+training run makes one); the exporters ask the task for its serving module,
+TFLite function and verification inputs.
 """
 
-# What an export serves, and the `.tflite` weight types (light constants, used
-# by the command line before TensorFlow is imported). The first three are the
-# training run tasks (`training.config.TASKS`): a seq2seq `Transformer`, a
-# token `TransformerClassifier`, a numeric one; "image" is a
-# `VisionTransformer`, exported through the library functions only, since no
-# training run makes one.
-TASKS = ("translation", "classification", "timeseries", "image")
+# The `.tflite` weight types (a light constant, used by the command line
+# before TensorFlow is imported).
 QUANTIZATIONS = ("none", "float16", "int8")

@@ -21,7 +21,7 @@ import tempfile
 import tensorflow as tf
 
 from export.atomic import atomic_directory
-from export.serving import ClassifierModule, TranslatorModule, check_task
+from training.tasks import get_task
 
 
 def build_serving_module(model, tokenizer, task, label_names=None):
@@ -31,24 +31,20 @@ def build_serving_module(model, tokenizer, task, label_names=None):
         model: A `Transformer` (translation), `TransformerClassifier`
             (classification, timeseries) or `VisionTransformer` (image).
         tokenizer: The run's tokenizer; None for numeric and image input.
-        task: One of `export.TASKS`; "timeseries" is a classifier over
-            features, "image" one over images.
+        task: A key of `training.tasks.TASKS`; "timeseries" is a classifier
+            over features, "image" one over images.
         label_names: Class names of a classifier.
 
     Returns:
-        A `TranslatorModule` or a `ClassifierModule`.
+        The task's module (`Task.serving_module`): a `TranslatorModule` or a
+        `ClassifierModule`.
 
     Raises:
         ValueError: On an unknown task or a model that does not fit it.
     """
-    check_task(model, task)
-    if task == "translation":
-        if tokenizer is None:
-            raise ValueError(
-                "task='translation' needs the tokenizer; received tokenizer=None."
-            )
-        return TranslatorModule(model, tokenizer)
-    return ClassifierModule(model, tokenizer, label_names)
+    task = get_task(task, tokenizer=tokenizer, label_names=label_names)
+    task.check_model(model)
+    return task.serving_module(model)
 
 
 def _write_assets(directory, config, tokenizer, label_names):
@@ -114,8 +110,8 @@ def export_saved_model(
     except TypeError as error:
         raise ValueError(f"config must be JSON-serialisable: {error}") from error
     module = build_serving_module(model, tokenizer, task, label_names)
-    if task != "translation":
-        label_names = [name.decode("utf-8") for name in module.label_names.numpy()]
+    # A classifier's labels.txt names every class, defaults included.
+    label_names = get_task(task, label_names=label_names).class_names(model)
     export_dir = os.path.abspath(os.fspath(export_dir))
     with (
         atomic_directory(export_dir, overwrite) as staging,

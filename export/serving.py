@@ -12,34 +12,17 @@ and the returned dict keys its output keys.
 
 import tensorflow as tf
 
-from export import TASKS
 from keras_transformer.decoding import beam_search, greedy_search
-from keras_transformer.models import TransformerClassifier, VisionTransformer
+from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
+# Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6";
+# `translate_beam`'s settings, fixed at export.
+BEAM_SIZE = 4
+LENGTH_PENALTY = 0.6
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
-
-
-def check_task(model, task):
-    """Raises `ValueError` unless `task` is one of `TASKS` and `model` fits it.
-
-    "translation" takes a seq2seq `Transformer` (anything with
-    `decode_step`), "classification" and "timeseries" a
-    `TransformerClassifier`, "image" a `VisionTransformer`.
-    """
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}; received task={task!r}.")
-    if task == "translation":
-        fits, wanted = hasattr(model, "decode_step"), "a seq2seq Transformer"
-    else:
-        kind = VisionTransformer if task == "image" else TransformerClassifier
-        fits, wanted = isinstance(model, kind), f"a {kind.__name__}"
-    if not fits:
-        raise ValueError(
-            f"task={task!r} needs {wanted}; received model={type(model).__name__}."
-        )
 
 
 def _keep_out_of_object_graph(module, name, value):
@@ -123,7 +106,8 @@ class TranslatorModule(tf.Module):
     ```
     """
 
-    def __init__(self, model, tokenizer, beam_size=4, length_penalty=0.6, name=None):
+    def __init__(self, model, tokenizer, beam_size=BEAM_SIZE, length_penalty=LENGTH_PENALTY,
+                 name=None):
         super().__init__(name=name)
         _keep_out_of_object_graph(self, "_model", model)
         self.model_weights = _tf_variables(model)

@@ -47,12 +47,12 @@ from export import QUANTIZATIONS
 from export.atomic import atomic_write_bytes, check_target
 from export.serving import (
     EXTRA_OUTPUT_LENGTH,
-    check_task,
     fill_empty_rows,
     replace_invalid_ids,
 )
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
+from training.tasks import get_task
 
 
 def _check_quantize(quantize):
@@ -248,7 +248,8 @@ def export_tflite(
             ("classification" / "timeseries") or a `VisionTransformer`
             ("image").
         output_path: Target `.tflite` path.
-        task: "translation", "classification", "timeseries" or "image".
+        task: A key of `training.tasks.TASKS`: "translation",
+            "classification", "timeseries" or "image".
         quantize: "none", "float16" or "int8".
         overwrite: Replace an existing file.
         sequence_length: Static source / input length S; the model's
@@ -264,11 +265,9 @@ def export_tflite(
         ValueError: On an unknown task or quantization, a model that does not
             fit the task, or a `sequence_length` given for "image".
     """
-    check_task(model, task)
+    task = get_task(task)
+    task.check_model(model)
     _check_quantize(quantize)
     check_target(output_path, overwrite)
-    if task == "translation":
-        data = translator_tflite(model, quantize, sequence_length, batch_size)
-    else:
-        data = classifier_tflite(model, quantize, sequence_length, batch_size)
+    data = task.tflite_model(model, quantize, sequence_length, batch_size)
     return atomic_write_bytes(output_path, data, overwrite)

@@ -3,11 +3,13 @@
 Two independent consumers run the export: a fresh Python process that
 imports only TensorFlow and tensorflow-text (`export/fresh_process.py`), and
 TensorFlow's `saved_model_cli run`, whose printed output is parsed. Both are
-compared with the outputs the Keras model computes here, eagerly and without
-the serving module: tokenize -> cut to `max_sequence_length` ->
-`greedy_search` with max length min(S + 50, `max_sequence_length`) ->
-detokenize for a translator; `model.probabilities` for a classifier (token,
-numeric or image input).
+compared with the outputs the Keras model computes here without the serving
+module, `Task.outputs` of the run's task (`training.tasks`): tokenize -> cut
+to `max_sequence_length` -> greedy search with max length min(S + 50,
+`max_sequence_length`) -> detokenize for a translator; `model.probabilities`
+for a classifier (token, numeric or image input).  The inputs are the task's
+`probe_inputs`: in-vocabulary sentences plus `PROBES`, random series, or
+random images.
 """
 
 import json
@@ -17,14 +19,10 @@ import sys
 import tempfile
 
 import numpy as np
-import tensorflow as tf
 
 from export import fresh_process
 from export.saved_model_cli import run_saved_model_cli
-from export.serving import EXTRA_OUTPUT_LENGTH
-from keras_transformer.decoding import greedy_search
-from keras_transformer.models import VisionTransformer
-from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
+from training.tasks import get_task
 
 PROBES = (
     "",
@@ -36,45 +34,19 @@ PROBES = (
 )
 
 
-def probe_examples(tokenizer=None, model=None, num_examples=6, seed=0):
-    """Default inputs for `verify_saved_model`: in-vocabulary sentences + `PROBES`.
-
-    Args:
-        tokenizer: The run's tokenizer (word pieces make in-vocabulary text).
-        model: The classifier, for the shape of numeric or image input
-            (used only when `tokenizer` is None).
-        num_examples: Number of in-vocabulary sentences, series or images.
-        seed: Seed of the NumPy generator.
-
-    Returns:
-        A list of strings, a float32 array `(num_examples, T, F)`, or for a
-        `VisionTransformer` float32 images `(num_examples, H, W, C)` in [0, 1).
-    """
-    rng = np.random.default_rng(seed)
-    if isinstance(model, VisionTransformer):
-        shape = (num_examples, model.image_size, model.image_size, model.num_channels)
-        return rng.random(shape, dtype=np.float32)
-    if tokenizer is None:
-        length = min(16, int(model.max_sequence_length))
-        return rng.standard_normal((num_examples, length, model.num_features)).astype(
-            np.float32
-        )
-    words = [t for t in tokenizer.vocabulary if t.isalpha() and not t.startswith("[")]
-    sentences = [
-        " ".join(rng.choice(words, size=rng.integers(1, 8)))
-        for _ in range(num_examples)
-    ]
-    return sentences + list(PROBES)
-
-
 def reference_outputs(model, tokenizer, task, examples, label_names=None):
     """What the export must return for `examples`, computed with Keras here.
+
+    The task's `outputs`: tokenize -> cut to `max_sequence_length` ->
+    greedy search up to min(S + 50, `max_sequence_length`) tokens ->
+    detokenize for a translator; `model.probabilities` for a classifier
+    (token, numeric or image input).
 
     Args:
         model: The Keras `Transformer`, `TransformerClassifier` or
             `VisionTransformer`.
         tokenizer: Its tokenizer (None for numeric and image input).
-        task: "translation", "classification", "timeseries" or "image".
+        task: A key of `training.tasks.TASKS`.
         examples: Strings, series `(N, T, F)` for numeric input, or images
             `(N, H, W, C)`.
         label_names: Class names (default "0", "1", ...).
@@ -83,39 +55,8 @@ def reference_outputs(model, tokenizer, task, examples, label_names=None):
         `{"translations": (N,) bytes}` for translation, else
         `{"probabilities": (N, K) float32, "labels": (N,) bytes}`.
     """
-    if task == "translation":
-        max_sequence_length = int(model.config.max_sequence_length)
-        ragged = tokenizer.tokenize(tf.constant(list(examples), tf.string))
-        ids = ragged[:, :max_sequence_length].to_tensor(0).numpy()
-        ids = np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))])  # (N, max(S, 1))
-        max_length = min(ids.shape[1] + EXTRA_OUTPUT_LENGTH, max_sequence_length)
-        tokens = greedy_search(model, ids, max_length=max_length)
-        text = tokenizer.detokenize(
-            tf.RaggedTensor.from_tensor(tf.convert_to_tensor(tokens))
-        )
-        return {"translations": np.asarray(text.numpy(), dtype=object)}
-    if task == "image":
-        inputs = np.asarray(examples, np.float32)
-    elif tokenizer is not None:
-        ragged = tokenizer.tokenize(tf.constant(list(examples), tf.string))
-        inputs = ragged[:, : int(model.max_sequence_length)].to_tensor(0).numpy()
-        inputs = np.pad(inputs, [(0, 0), (0, max(1 - inputs.shape[1], 0))])
-        inputs[(inputs == PAD_ID).all(axis=1), 0] = (
-            UNK_ID  # As served: see ClassifierModule.
-        )
-    else:
-        inputs = np.asarray(examples, np.float32)[:, : int(model.max_sequence_length)]
-    probabilities = np.asarray(
-        model.probabilities(model(inputs, training=False)), np.float32
-    )
-    names = label_names or [str(i) for i in range(max(int(model.num_classes), 2))]
-    index = (
-        (probabilities[:, 0] > 0.5).astype(int)
-        if model.num_classes == 1
-        else probabilities.argmax(-1)
-    )
-    labels = np.asarray([names[i].encode("utf-8") for i in index], dtype=object)
-    return {"probabilities": probabilities, "labels": labels}
+    task = get_task(task, tokenizer=tokenizer, label_names=label_names)
+    return task.outputs(model, examples)
 
 
 def run_in_fresh_process(
@@ -235,8 +176,8 @@ def verify_saved_model(
         saved_model_dir: An export of `export.saved_model.export_saved_model`.
         model: The Keras model it was exported from.
         tokenizer: Its tokenizer (None for numeric and image input).
-        task: "translation", "classification", "timeseries" or "image".
-        examples: Inputs; `probe_examples(...)` if None.
+        task: A key of `training.tasks.TASKS`.
+        examples: Inputs; the task's `probe_inputs(model)` if None.
         label_names: Class names given to the export.
         use_saved_model_cli: Also run `saved_model_cli run` and parse it.
         atol: Tolerance on probabilities (strings must match exactly).
@@ -246,18 +187,11 @@ def verify_saved_model(
         `saved_model_cli` (lists of differences, empty when they agree, or
         None when skipped) and `ok`.
     """
+    task = get_task(task, tokenizer=tokenizer, label_names=label_names)
     if examples is None:
-        examples = probe_examples(tokenizer, model)
-    if task == "image":
-        key = "images"
-    else:
-        key = "sentences" if tokenizer is not None else "features"
-    inputs = {
-        key: np.asarray(list(examples), dtype=object)
-        if key == "sentences"
-        else np.asarray(examples, np.float32)
-    }
-    expected = reference_outputs(model, tokenizer, task, examples, label_names)
+        examples = task.probe_inputs(model)
+    inputs = task.serving_inputs(examples)
+    expected = task.outputs(model, examples)
     fresh = compare_outputs(
         run_in_fresh_process(saved_model_dir, inputs), expected, atol
     )
@@ -293,7 +227,8 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
     """
     from export.tflite_verify import verify_tflite
 
-    examples = probe_examples(run.tokenizer, run.model)
+    task = get_task(run.task, tokenizer=run.tokenizer, label_names=run.label_names)
+    examples = task.probe_inputs(run.model)
     saved_model = verify_saved_model(
         saved_model_dir, run.model, run.tokenizer, run.task, examples, run.label_names
     )

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.callbacks import LearningRateLogger, WallClockTimer, current_learning_rate
+from training.callbacks import (
+    LearningRateLogger,
+    StepScalars,
+    WallClockTimer,
+    current_learning_rate,
+)
 from training.schedule import TransformerSchedule, paper_optimizer
 
 
@@ -84,3 +89,26 @@ def test_wall_clock_timer_measures_epochs(rng):
     assert len(seconds) == 2
     assert all(0.1 <= s < 30 for s in seconds)  # two 0.05 s sleeps per epoch
     assert timer.train_seconds >= sum(seconds)
+
+
+def test_step_scalars_follow_the_global_step_across_fits(rng, tmp_path):
+    # Two fits of the same model (a resume, or the pipeline's segments):
+    # the points continue from optimizer.iterations, never restart at 0.
+    schedule = TransformerSchedule(hidden_dim=8, warmup_steps=3)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=paper_optimizer(8, 3), loss="mse")
+    x, y = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    for _ in range(2):
+        model.fit(x, y, batch_size=2, epochs=2, verbose=0,
+                  callbacks=[StepScalars(tmp_path, update_freq=3)])
+    rates = read_scalars(tmp_path, "step/learning_rate")
+    losses = read_scalars(tmp_path, "step/loss")
+    assert sorted(rates) == sorted(losses) == [3, 6]
+    for step, value in rates.items():
+        np.testing.assert_allclose(value, float(schedule(step)), rtol=1e-6)
+    assert all(np.isfinite(v) and v > 0 for v in losses.values())
+
+
+def test_step_scalars_update_freq_validated():
+    with pytest.raises(ValueError, match="update_freq=0"):
+        StepScalars("logs", update_freq=0)

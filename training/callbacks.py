@@ -1,4 +1,4 @@
-"""Training callbacks: learning-rate logging and wall-clock timing.
+"""Training callbacks: learning-rate logging, per-step scalars and wall-clock timing.
 
 The paper reports the schedule of Section 5.3 and training times (Section
 5.2: 0.4 s per step for the base model); these callbacks record both.
@@ -123,3 +123,53 @@ class WallClockTimer(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.train_seconds = time.perf_counter() - self._train_start
+
+
+class StepScalars(keras.callbacks.Callback):
+    """TensorBoard scalars every `update_freq` updates, against the global step.
+
+    A Multi30k epoch lasts minutes on a CPU, so per-epoch points are too few
+    to watch a run.  Every `update_freq` optimizer updates this writes
+    `step/learning_rate` (the next update's rate) and each number of the
+    batch logs as `step/<name>` (Keras' running means over the epoch so
+    far: `step/loss`, `step/masked_accuracy`...).  The step is
+    `optimizer.iterations`, so a resumed run continues the same curves
+    (Keras' `TensorBoard(update_freq=N)` counts batches from each `fit`).
+
+    Args:
+        log_dir: str. TensorBoard directory.
+        update_freq: int. Optimizer updates between points.
+    """
+
+    def __init__(self, log_dir, update_freq=25):
+        super().__init__()
+        if int(update_freq) != update_freq or update_freq < 1:
+            raise ValueError(
+                "`update_freq` must be a positive integer. Received: "
+                f"update_freq={update_freq}"
+            )
+        self.log_dir = str(log_dir)
+        self.update_freq = int(update_freq)
+        self._writer = None
+
+    def on_train_begin(self, logs=None):
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        if self._writer is None or step % self.update_freq:
+            return
+        with self._writer.as_default():
+            tf.summary.scalar(
+                "step/learning_rate", current_learning_rate(self.model.optimizer), step
+            )
+            for name, value in (logs or {}).items():
+                if isinstance(value, (int, float)) or hasattr(value, "__float__"):
+                    tf.summary.scalar(f"step/{name}", float(value), step)
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None

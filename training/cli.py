@@ -5,6 +5,8 @@
     python -m training train --config multi30k --run-dir runs/de-en
     python -m training train --config sst2 --run-dir runs/sst2 --set model.num_layers=4
     python -m training evaluate --run-dir runs/toy
+    python -m training predict --run-dir runs/toy "he bought forty two books" [--beam 4]
+    python -m training predict --saved-model exported/translator/1 --input sentences.txt
     python -m training presets
     python -m training train --help              # every config field, documented
 
@@ -24,6 +26,14 @@ from training.config_help import fields_help, presets_help
 STARTED_AT = time.time()
 
 
+def _verbosity(value):
+    if value == "auto":
+        return value
+    if value in ("0", "1", "2"):
+        return int(value)
+    raise argparse.ArgumentTypeError(f"must be auto, 0, 1 or 2; received {value!r}")
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m training",
@@ -40,7 +50,10 @@ def _parser():
                             "overrides a model field; repeatable")
         p.add_argument("--overwrite", action="store_true",
                        help="replace an existing run directory")
-        p.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
+        p.add_argument("--verbose", type=_verbosity, default="auto",
+                       help="auto (default): a progress bar in a terminal, one line per "
+                            "epoch in a file or pipe, each with the step time and the "
+                            "run's time left; 0, 1 or 2: Keras' own fit output")
 
     # The config fields, read from TrainingConfig's source, close `--help`.
     documented = dict(epilog=fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,7 +67,21 @@ def _parser():
     evaluate = sub.add_parser("evaluate", help="print a finished run's metrics")
     evaluate.add_argument("--run-dir", required=True)
     presets = sub.add_parser("presets", help="list the config presets, one line each")
-    add_debug_flag(parser, (train, main, evaluate, presets))
+    predict = sub.add_parser(
+        "predict", help="answer raw inputs with a finished run or an exported SavedModel",
+        description="One output line per input: a translation, or label<TAB>probability. "
+        "Inputs: the arguments, else the lines of --input, else standard input; a series "
+        "is a line of numbers (commas or spaces; ';' between steps of several features).",
+    )  # fmt: skip
+    source = predict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run-dir", help="a finished run directory")
+    source.add_argument("--saved-model", help="a SavedModel of `python -m export saved-model`")
+    predict.add_argument("inputs", nargs="*", help="sentences or series, one per argument")
+    predict.add_argument("--input", help="file of inputs, one a line ('-': standard input)")
+    predict.add_argument("--beam", type=int, default=1,
+                         help="beams of a translator (default 1: greedy; a SavedModel has 4)")
+    predict.add_argument("--batch-size", type=int, default=64, help="inputs per model call")
+    add_debug_flag(parser, (train, main, evaluate, presets, predict))
     return parser
 
 
@@ -68,6 +95,8 @@ def _run(args):
     if args.command == "presets":
         print(presets_help())
         return 0
+    if args.command == "predict":
+        return _predict(args)
     if args.command == "evaluate":
         from training.run_dir import load_run
 
@@ -91,6 +120,21 @@ def _run(args):
     from training.main_job import run_main_job
 
     return run_main_job(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
+
+
+def _predict(args):
+    from training.predict import SavedModelPredictor, read_inputs
+
+    inputs = read_inputs(args.inputs, args.input)
+    if args.saved_model:
+        predictor = SavedModelPredictor(args.saved_model)
+    else:
+        from training.run_dir import load_run
+
+        predictor = load_run(args.run_dir)
+    for line in predictor.predict(inputs, beam_size=args.beam, batch_size=args.batch_size):
+        print(line)
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import json
 import pathlib
 
 CONFIG_DIR = pathlib.Path(__file__).parent / "configs"
+# The trained tasks (`training.tasks.TASKS` holds them; kept here as a light
+# list so that --help and validation need not import TensorFlow).
 TASKS = ("translation", "classification", "timeseries")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -93,6 +95,9 @@ class TrainingConfig:
     deterministic: bool = False
     # Save a resumable checkpoint every this many steps (atomic, survives kill).
     checkpoint_every_steps: int = 200
+    # TensorBoard gets the training loss and learning rate every this many
+    # updates (step/* scalars), besides the per-epoch curves.
+    log_every_steps: int = 25
     # Keep the weights of the last k and of the best k epochs (by validation).
     keep_epoch_checkpoints: int = 5
     # Final weights: "auto" picks whichever of the last weights, the average
@@ -141,7 +146,8 @@ class TrainingConfig:
         for name, choices in CHOICES.items():
             _choice(name, getattr(self, name), choices)
         for name in ("vocabulary_size", "max_sequence_length", "tokens_per_batch",
-                     "batch_size", "epochs", "checkpoint_every_steps", "patch_length"):
+                     "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps",
+                     "patch_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
@@ -170,13 +176,12 @@ class TrainingConfig:
                 f"`average_last`={self.average_last} exceeds `keep_epoch_checkpoints`="
                 f"{self.keep_epoch_checkpoints}: those checkpoints would be deleted."
             )
-        if self.patch_length != 1 and self.task != "timeseries":
-            raise ValueError(
-                f"`patch_length` applies to task='timeseries' only; received "
-                f"patch_length={self.patch_length!r} with task={self.task!r}."
-            )
         if self.dataset == "files" and not self.train_files:
             raise ValueError("dataset='files' needs `train_files`; received train_files=().")
+        # Last: the task's own checks import its module (and TensorFlow).
+        from training.tasks import get_task
+
+        get_task(self.task).check_config(self)
 
 
 def _choice(name, value, choices):

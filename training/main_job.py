@@ -5,11 +5,13 @@ German number words, which needs reordering: "forty two" -> "zwei und
 vierzig"), trains a small Transformer, reports BLEU, exports a SavedModel
 whose signature takes raw strings, loads it back from disk and translates a
 request through it.  With `--config multi30k` the same job trains on
-Multi30k German->English from ../shared/data.
+Multi30k German->English from ../shared/data; with a classification preset
+(`sst2`, `timeseries`) it exports and serves the classifier the same way.
 """
 
 import json
 import os
+import reprlib
 import shutil
 
 from training.train import train
@@ -24,7 +26,7 @@ def _print_metrics(metrics):
         print(f"  translation: {example['translation']}\n")
 
 
-def run_main_job(config, run_dir, overwrite=False, verbose=2):
+def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
     metrics_path = os.path.join(run_dir, "metrics.json")
     if os.path.isfile(metrics_path) and not overwrite:
         print(f"{run_dir} already holds a finished run; reusing it (--overwrite to retrain).")
@@ -34,14 +36,11 @@ def run_main_job(config, run_dir, overwrite=False, verbose=2):
         metrics = train(config, run_dir, overwrite=overwrite, verbose=verbose)
     print("\n== Evaluation ==")
     _print_metrics(metrics)
-    if config.task != "translation":
-        return 0
-
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
     from export.saved_model import export_saved_model
+    from training.predict import SavedModelPredictor
     from training.run_dir import load_run
+    from training.tasks import get_task
 
     run = load_run(run_dir)
     export_dir = os.path.join(run_dir, "export", "saved_model")
@@ -52,10 +51,16 @@ def run_main_job(config, run_dir, overwrite=False, verbose=2):
         label_names=run.label_names,
     )
     print(f"\n== Exported SavedModel to {export_dir} ==")
-    served = tf.saved_model.load(export_dir)
-    request = [e["source"] for e in metrics.get("examples", [])][:3] or ["one hundred"]
-    response = served.signatures["serving_default"](tf.constant(request))
+    # A few test sources when the run printed examples, else the probes
+    # that verification uses.
+    request = [e["source"] for e in metrics.get("examples", [])][:3]
+    if not request:
+        task = get_task(run.task, tokenizer=run.tokenizer, label_names=run.label_names)
+        request = list(task.probe_inputs(run.model, num_examples=3))[:3]
+    response = SavedModelPredictor(export_dir).predict(request)
     print("== One request through the reloaded SavedModel (serving_default) ==")
-    for source, translation in zip(request, response["translations"].numpy(), strict=True):
-        print(f"  {source!r} -> {translation.decode('utf-8')!r}")
+    shown = reprlib.Repr()
+    shown.maxstring, shown.maxother = 200, 60  # sentences whole, series cut
+    for example, answer in zip(request, response, strict=True):
+        print(f"  {' '.join(shown.repr(example).split())} -> {answer!r}")
     return 0

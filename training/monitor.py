@@ -1,4 +1,5 @@
-"""TensorBoard additions: validation BLEU, attention images, hyper-parameters."""
+"""TensorBoard additions: validation BLEU, attention images, hyper-parameters
+linked to the final metrics."""
 
 import keras
 import numpy as np
@@ -84,14 +85,45 @@ def attention_example(tokenizer, source, target, max_sequence_length):
     return src, np.concatenate([[START_ID], tgt])
 
 
-def write_hparams(log_dir, config):
-    """Record the run's hyper-parameters for TensorBoard's HParams tab."""
+def _flat_hparams(config):
     flat = {}
     for key, value in config.to_dict().items():
         if isinstance(value, dict):
             flat.update({f"model.{k}": v for k, v in value.items()})
         else:
             flat[key] = value
-    flat = {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in flat.items()}
+    return {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in flat.items()}
+
+
+def write_hparams(log_dir, config):
+    """Record the run's hyper-parameters for TensorBoard's HParams tab."""
     with tf.summary.create_file_writer(log_dir).as_default():
-        hparams_api.hparams(flat)
+        hparams_api.hparams(_flat_hparams(config))
+
+
+def final_scalars(metrics):
+    """{name: float} of the numbers at the top level of a run's metrics.json."""
+    return {
+        key: float(value) for key, value in metrics.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+def write_final_metrics(log_dir, config, metrics, step):
+    """Link the run's final figures to its hyper-parameters in TensorBoard.
+
+    Each number of `metrics` (test BLEU or accuracy, validation loss, the
+    seconds each phase took...) becomes a `final/<name>` scalar at `step`,
+    and the HParams experiment lists them as its metrics, so the HParams
+    table and parallel-coordinates views compare runs by their final test
+    score rather than by whatever scalars the plugin finds first.
+    """
+    scalars = final_scalars(metrics)
+    flat = _flat_hparams(config)
+    with tf.summary.create_file_writer(log_dir).as_default():
+        for name, value in scalars.items():
+            tf.summary.scalar(f"final/{name}", value, step=int(step))
+        hparams_api.hparams_config(
+            hparams=[hparams_api.HParam(name) for name in flat],
+            metrics=[hparams_api.Metric(f"final/{name}", display_name=name) for name in scalars],
+        )

@@ -74,7 +74,10 @@ def warmup_steps(total_steps, share=WARMUP_SHARE):
 
 
 def default_weight_decay(task):
-    return 1e-4 if task == "translation" else 0.01
+    """The decay `task` (a `TrainingConfig.task` name) names in `recipe_defaults`."""
+    from training.tasks import get_task  # on use: a task may import this module
+
+    return get_task(task).recipe_defaults()["weight_decay"]
 
 
 def resolve(config, hidden_dim, batch_tokens, total_steps):

@@ -179,7 +179,11 @@ def prepare_run_dir(run_dir, config, overwrite=False):
 
 @dataclasses.dataclass
 class Run:
-    """What a finished run directory holds, loaded."""
+    """What a finished run directory holds, loaded.
+
+    `task` is the config's task name; `predict` answers raw inputs through
+    it (`training.predict`).
+    """
 
     run_dir: str
     task: str
@@ -189,6 +193,22 @@ class Run:
     label_names: list | None
     metrics: dict
 
+    def predict(self, inputs, beam_size=1, batch_size=64):
+        """One output line per input: a translation, or `label<TAB>probability`.
+
+        Args:
+            inputs: Sentences, or series (arrays, or lines of numbers).
+            beam_size: Beams of a translator (1: greedy search).
+            batch_size: Inputs per model call.
+
+        Returns:
+            A list of strings, the same the run's SavedModel gives
+            (`training.predict.predict_saved_model`).
+        """
+        from training.predict import predict_run
+
+        return predict_run(self, inputs, beam_size=beam_size, batch_size=batch_size)
+
 
 def load_run(run_dir):
     """Load a finished run: model, tokenizer, labels, config and metrics."""
@@ -196,6 +216,7 @@ def load_run(run_dir):
 
     import keras_transformer  # noqa: F401  (registers the serializable classes)
     import training.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
+    from training.tasks import get_task
 
     run_dir = os.fspath(run_dir)
     model_path = os.path.join(run_dir, "model.keras")
@@ -206,18 +227,10 @@ def load_run(run_dir):
         )
     with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    tokenizer = None
-    if os.path.isdir(os.path.join(run_dir, "vocab")):
-        from training.tokenizers import WordPieceTokenizer
-
-        tokenizer = WordPieceTokenizer.load(os.path.join(run_dir, "vocab"))
-    label_names = None
-    if os.path.isfile(os.path.join(run_dir, "labels.json")):
-        with open(os.path.join(run_dir, "labels.json"), encoding="utf-8") as f:
-            label_names = json.load(f)
+    task = get_task(config["task"]).load_assets(run_dir)
     metrics = {}
     if os.path.isfile(os.path.join(run_dir, "metrics.json")):
         with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
     model = keras.saving.load_model(model_path)
-    return Run(run_dir, config["task"], config, model, tokenizer, label_names, metrics)
+    return Run(run_dir, config["task"], config, model, task.tokenizer, task.label_names, metrics)

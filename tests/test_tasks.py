@@ -1,0 +1,215 @@
+"""The task registry and each task's own hooks (fast: no training).
+
+The end-to-end contract every task keeps (train, resume, evaluate, predict,
+export, verify) is tests/test_task_contract.py.
+"""
+
+import dataclasses
+import inspect
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.models import (
+    Transformer,
+    TransformerClassifier,
+    VisionTransformer,
+)
+from training import config as config_module
+from training import recipe
+from training.config import TrainingConfig
+from training.predict import answer_in_batches, read_inputs
+from training.tasks import TASKS, Task, get_task
+from training.tasks.base import TASK_FIELDS
+
+# The hooks a trained task must fill in, and those every exported task must.
+TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
+                  "loss_and_metrics", "validation_score", "evaluate_test")
+EXPORT_HOOKS = ("parse_input", "outputs", "format_outputs", "serving_inputs",
+                "serving_module", "tflite_model", "probe_inputs")
+
+
+def test_registry_keys_are_the_task_names_and_config_lists_the_trained_ones():
+    assert all(name == task.name for name, task in TASKS.items())
+    assert config_module.TASKS == tuple(n for n, t in TASKS.items() if t.trainable)
+    assert set(TASKS) == {"translation", "classification", "timeseries", "image"}
+    for task in TASKS.values():
+        assert issubclass(task, Task) and task.__bases__ == (Task,)  # flat
+        assert set(task.datasets) <= set(config_module.DATASETS)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_fills_in_its_hooks(name):
+    task = TASKS[name]
+    hooks = EXPORT_HOOKS + (TRAINING_HOOKS if task.trainable else ())
+    missing = [h for h in hooks if getattr(task, h) is getattr(Task, h)]
+    assert missing == [], f"{name} leaves {missing} to the base"
+
+
+def test_get_task_is_the_lookup_and_holds_assets():
+    with pytest.raises(ValueError, match=r"task must be one of .*received task='summarization'"):
+        get_task("summarization")
+    first, second = get_task("classification", label_names=["neg", "pos"]), get_task("classification")
+    assert first is not second and first.label_names == ["neg", "pos"]
+    assert second.label_names is None and second.tokenizer is None
+
+
+@pytest.mark.parametrize("name", [n for n, t in TASKS.items() if t.trainable])
+def test_recipe_defaults_name_config_fields(name):
+    defaults = get_task(name).recipe_defaults()
+    fields = {f.name for f in dataclasses.fields(TrainingConfig)}
+    assert set(defaults) <= fields and "weight_decay" in defaults
+    assert recipe.default_weight_decay(name) == defaults["weight_decay"]
+    config = TrainingConfig(task=name, dataset=get_task(name).datasets[0])
+    assert recipe.resolve(config, 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
+
+
+def test_task_only_fields_are_refused_where_unused():
+    assert set(TASK_FIELDS) == {"patch_length"}
+    TrainingConfig(task="timeseries", dataset="ucr", patch_length=4).validate()
+    for name, dataset in (("translation", "toy"), ("classification", "sst2")):
+        with pytest.raises(ValueError, match=f"patch_length=4 with task='{name}'"):
+            TrainingConfig(task=name, dataset=dataset, patch_length=4).validate()
+
+
+@pytest.mark.parametrize(
+    "name, dataset, match",
+    [("translation", "sst2", "not a translation dataset"),
+     ("classification", "toy", "not a text classification dataset")],
+)
+def test_a_dataset_of_another_task_is_refused(name, dataset, match, tmp_path):
+    config = TrainingConfig(task=name, dataset=dataset)
+    with pytest.raises(ValueError, match=match):
+        get_task(name).load_data(config, tmp_path)
+
+
+def test_image_task_is_not_trained():
+    with pytest.raises(ValueError, match="task='image' is not trained"):
+        get_task("image").load_data(TrainingConfig(), "unused")
+
+
+@pytest.mark.parametrize(
+    "name, model",
+    [("translation", TransformerClassifier(num_classes=2, vocabulary_size=10, num_layers=1,
+                                            hidden_dim=8, num_heads=2, intermediate_dim=8)),
+     ("image", Transformer(vocabulary_size=10, num_layers=1, hidden_dim=8, num_heads=2,
+                           intermediate_dim=8, max_sequence_length=8))],
+)
+def test_check_model_names_the_needed_class(name, model):
+    wanted = {"translation": Transformer, "image": VisionTransformer}[name].__name__
+    with pytest.raises(ValueError, match=f"task='{name}' needs a {wanted}; received model="):
+        get_task(name).check_model(model)
+
+
+def test_series_lines_parse_to_steps_and_features():
+    task = get_task("timeseries")
+    np.testing.assert_array_equal(task.parse_input("1, 2 3\t4"), [[1], [2], [3], [4]])
+    np.testing.assert_array_equal(task.parse_input("1,2; 3 4;"), [[1, 2], [3, 4]])
+    assert task.parse_input([0.5, 1.5]).shape == (2, 1)
+    assert task.parse_input(np.zeros((3, 2))).dtype == np.float32
+    for bad in ("1 two 3", "", "1,2; 3", "nan 1"):
+        with pytest.raises(ValueError, match="series"):
+            task.parse_input(bad)
+
+
+def test_text_inputs_are_strings():
+    task = get_task("classification")
+    assert task.parse_input(b"caf\xc3\xa9") == "café" and task.parse_input("") == ""
+    with pytest.raises(ValueError, match="must be a string; received int"):
+        task.parse_input(3)
+    with pytest.raises(ValueError, match="image arrays"):
+        get_task("image").parse_input("a picture")
+
+
+def test_classifier_lines_give_the_label_and_its_probability():
+    task = get_task("classification")
+    softmax = {"probabilities": np.array([[0.2, 0.8], [0.9, 0.1]], np.float32),
+               "labels": np.array([b"pos", b"neg"], dtype=object)}
+    assert task.format_outputs(softmax) == ["pos\t0.8000", "neg\t0.9000"]
+    sigmoid = {"probabilities": np.array([[0.7], [0.25]], np.float32),
+               "labels": np.array([b"yes", b"no"], dtype=object)}
+    assert get_task("timeseries").format_outputs(sigmoid) == ["yes\t0.7000", "no\t0.7500"]
+    translations = {"translations": np.array([b"zwei", "über".encode()], dtype=object)}
+    assert get_task("translation").format_outputs(translations) == ["zwei", "über"]
+
+
+def test_beam_size_is_for_translation_and_a_saved_model_has_one_beam_width():
+    translation = get_task("translation")
+    assert translation.signature_name(1) == "serving_default"
+    assert translation.signature_name(4) == "translate_beam"
+    with pytest.raises(ValueError, match="beam_size=3"):
+        translation.signature_name(3)
+    with pytest.raises(ValueError, match="beam_size must be a positive integer; received 0"):
+        translation.check_beam_size(0)
+    with pytest.raises(ValueError, match="beam_size=2 with task='classification'"):
+        get_task("classification").signature_name(2)
+
+
+def test_batch_tokens_count_what_the_learning_rate_scales_with():
+    config = TrainingConfig(task="timeseries", dataset="ucr", patch_length=4)
+    ids = tf.constant([[5, 6, 0], [7, 0, 0]])
+    assert get_task("translation").batch_tokens(config, None, ids) == 3
+    assert get_task("classification").batch_tokens(config, ids, None) == 3
+    series = tf.zeros((2, 10, 1))
+    assert get_task("timeseries").batch_tokens(config, series, None) == 2 * 3  # ceil(10 / 4)
+
+
+def test_batches_keep_order_and_series_batches_share_one_length():
+    task = get_task("timeseries")
+    lengths = [5, 3, 5, 5, 3, 4]
+    examples = [np.full((n, 1), i, np.float32) for i, n in enumerate(lengths)]
+    seen = []
+
+    def answer(batch):
+        seen.append([len(x) for x in batch])
+        ids = [float(x[0, 0]) for x in batch]
+        return {"probabilities": np.array([[0.5, 0.5]] * len(batch), np.float32),
+                "labels": np.array([str(int(i)).encode() for i in ids], dtype=object)}
+
+    lines = answer_in_batches(task, examples, 2, answer)
+    assert [line.split("\t")[0] for line in lines] == [str(i) for i in range(len(lengths))]
+    assert all(len(set(b)) == 1 and len(b) <= 2 for b in seen)
+    assert sorted(sum(seen, [])) == sorted(lengths)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer; received 0"):
+        answer_in_batches(task, examples, 0, answer)
+
+
+def test_inputs_come_from_arguments_a_file_or_standard_input(tmp_path):
+    assert read_inputs(["a b", ""]) == ["a b", ""]
+    path = tmp_path / "in.txt"
+    path.write_bytes("eins\r\n\nzwei über\n".encode())
+    assert read_inputs(input_file=str(path)) == ["eins", "", "zwei über"]
+    assert read_inputs(stdin=io.StringIO("1 2 3\n4 5 6")) == ["1 2 3", "4 5 6"]
+    assert read_inputs(input_file="-", stdin=io.StringIO("")) == []
+    with pytest.raises(ValueError, match="not both"):
+        read_inputs(["x"], input_file=str(path))
+
+
+def test_pipeline_and_exporters_do_not_branch_on_task_names():
+    """The acceptance check of the Task design: no task name outside training/tasks/."""
+    import export.saved_model
+    import export.tflite
+    import export.verify
+    import training.main_job
+    import training.predict
+    import training.run_dir
+    import training.train
+
+    modules = (training.train, training.run_dir, training.predict, training.main_job,
+               export.saved_model, export.tflite, export.verify)
+    for module in modules:
+        source = inspect.getsource(module)
+        for name in TASKS:
+            assert f'== "{name}"' not in source and f'!= "{name}"' not in source, module
+
+
+def test_predict_errors_are_one_error_line(capsys, tmp_path):
+    from training import cli
+
+    assert cli.main(["predict", "--run-dir", str(tmp_path / "none"), "hello"]) == 2
+    assert "model.keras" in capsys.readouterr().err
+    argv = ["predict", "--saved-model", str(tmp_path), "--input", "in.txt", "hello"]
+    assert cli.main(argv) == 2
+    assert "not both" in capsys.readouterr().err

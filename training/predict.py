@@ -1,0 +1,150 @@
+"""Answers for raw inputs, from a finished run or from its exported SavedModel.
+
+```
+python -m training predict --run-dir runs/toy "he bought forty two books"
+python -m training predict --saved-model exported/translator/1 --input sentences.txt --beam 4
+printf '0.1 0.5 0.2\\n0.3 0.1 0.9\\n' | python -m training predict --run-dir runs/series
+```
+
+One output line per input: a translation, or `label<TAB>probability` for a
+classifier (the chosen class and its probability).  Text is one sentence a
+line; a series is one line of numbers separated by commas or spaces (time
+steps separated by ";" when a step has several features).
+
+Both sources answer through the task (`training.tasks`): the same parsing,
+the same batches (inputs sorted by length, `batch_size` at a time) and the
+same formatting, so a run and its SavedModel give the same lines.  The run
+computes `Task.outputs` with its Keras model; the SavedModel runs the
+signature `Task.signature_name` picks.  A SavedModel's beam search has the
+width fixed at export (`translate_beam`: 4 beams, length penalty 0.6).
+"""
+
+import json
+import os
+import sys
+
+from training.tasks import get_task
+
+
+def _check_batch_size(batch_size):
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer; received {batch_size!r}.")
+
+
+def _parsed(task, inputs):
+    examples = []
+    for number, example in enumerate(inputs, start=1):
+        try:
+            examples.append(task.parse_input(example))
+        except ValueError as error:
+            raise ValueError(f"input {number}: {error}") from None
+    return examples
+
+
+def answer_in_batches(task, examples, batch_size, answer):
+    """Lines for `examples`, in their order, from `answer(batch) -> outputs`.
+
+    Examples are sorted by `task.batch_key` (stable) and cut into batches
+    of at most `batch_size`; a task whose inputs are not masked
+    (`same_key_batches`) also starts a new batch where the key changes.
+    """
+    _check_batch_size(batch_size)
+    order = sorted(range(len(examples)), key=lambda i: task.batch_key(examples[i]))
+    batches, batch = [], []
+    for i in order:
+        if batch and (len(batch) == batch_size or (
+            task.same_key_batches
+            and task.batch_key(examples[i]) != task.batch_key(examples[batch[0]])
+        )):
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        batches.append(batch)
+    lines = [None] * len(examples)
+    for batch in batches:
+        outputs = answer([examples[i] for i in batch])
+        for i, line in zip(batch, task.format_outputs(outputs), strict=True):
+            lines[i] = line
+    return lines
+
+
+def predict_run(run, inputs, beam_size=1, batch_size=64):
+    """`run.predict`: lines for `inputs` from a loaded run's Keras model.
+
+    Args:
+        run: `training.run_dir.load_run(...)`.
+        inputs: Sentences, or series (arrays or lines of numbers).
+        beam_size: Beams of a translator (1: greedy).
+        batch_size: Inputs per model call.
+    """
+    task = get_task(run.task, tokenizer=run.tokenizer, label_names=run.label_names)
+    task.check_beam_size(beam_size)
+    length_penalty = run.config.get("length_penalty", 0.6)
+    return answer_in_batches(
+        task, _parsed(task, inputs), batch_size,
+        lambda batch: task.outputs(run.model, batch, beam_size, length_penalty),
+    )
+
+
+class SavedModelPredictor:
+    """An exported SavedModel and its task, loaded once for many `predict` calls.
+
+    Args:
+        export_dir: A SavedModel of `export.saved_model.export_saved_model`.
+        task: The task name; by default the `task` of its `assets/config.json`.
+    """
+
+    def __init__(self, export_dir, task=None):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+        self.export_dir = os.fspath(export_dir)
+        self.task = get_task(task or _exported_task(self.export_dir))
+        self.loaded = tf.saved_model.load(self.export_dir)
+
+    def predict(self, inputs, beam_size=1, batch_size=64):
+        """Lines for `inputs` from the SavedModel's signature (see `predict_run`)."""
+        import tensorflow as tf
+
+        signature = self.loaded.signatures[self.task.signature_name(beam_size)]
+
+        def answer(batch):
+            feeds = {k: tf.constant(v) for k, v in self.task.serving_inputs(batch).items()}
+            return {k: v.numpy() for k, v in signature(**feeds).items()}
+
+        return answer_in_batches(self.task, _parsed(self.task, inputs), batch_size, answer)
+
+
+def _exported_task(export_dir):
+    path = os.path.join(export_dir, "assets", "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No SavedModel config at {path!r}; is {export_dir!r} an export?")
+    with open(path, encoding="utf-8") as f:
+        name = json.load(f).get("task")
+    if name is None:
+        raise ValueError(f"{path!r} names no task; pass the task (--task).")
+    return name
+
+
+def read_inputs(arguments=(), input_file=None, stdin=None):
+    """The raw inputs: `arguments`, else the lines of `input_file` ("-": stdin), else stdin.
+
+    A line is one input; the line break (and a "\\r" before it) is not part
+    of it, and a last line break does not start another input.
+    """
+    if arguments and input_file is not None:
+        raise ValueError(
+            f"Give inputs as arguments or with --input, not both; received --input {input_file!r}."
+        )
+    if arguments:
+        return list(arguments)
+    if input_file is not None and input_file != "-":
+        with open(input_file, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = (stdin or sys.stdin).read()
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]

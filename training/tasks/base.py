@@ -1,0 +1,228 @@
+"""`Task`: what differs between kinds of problem, behind one interface.
+
+The pipeline (`training.train`, `training.predict`, `export.*`) is written
+once against these hooks and never branches on a task's name; the one string
+lookup is `training.tasks.get_task(config.task)`.  A task is a plain object,
+not a Keras model: it reads its data, holds its assets (a tokenizer for
+text, class names for classifiers), builds its model, loss and metrics,
+scores a model for selection, evaluates it, and knows how the model is
+served, converted to TFLite and checked after export.  Loop, resume,
+distribution, averaging, the run directory and atomic writes stay in the
+pipeline; tokenizers, decoding and the served `tf.Module`s stay in their
+modules, which the tasks call.
+
+Who calls what:
+
+| hook | caller |
+|---|---|
+| `check_config`, `recipe_defaults` | `TrainingConfig.validate`, `training.recipe` |
+| `load_data`, `prepare`, `make_dataset`, `batch_tokens` | `training.train` (data, vocabulary) |
+| `build_model`, `loss_and_metrics` | `training.train._build` |
+| `validation_score`, `time_evaluation`, `callbacks`, `evaluate` | `training.train` |
+| `load_assets` | `training.run_dir.load_run` |
+| `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.predict`, `export.verify` |
+| `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
+"""
+
+import json
+import os
+
+from training.tokenizers import WordPieceTokenizer
+
+#: TrainingConfig fields that only some tasks use, with their unset value.
+TASK_FIELDS = {"patch_length": 1}
+
+
+class Task:
+    """One kind of problem; subclasses fill in the hooks.
+
+    Args:
+        tokenizer: The text tokenizer (`WordPieceTokenizer`), or None.
+        label_names: One name per class, or None.
+    """
+
+    #: The registry key: `TrainingConfig.task`, and export's `task` argument.
+    name = None
+    #: The `TrainingConfig.dataset` values `load_data` reads.
+    datasets = ()
+    #: False for tasks that are exported but never trained by `train`.
+    trainable = True
+    #: The Keras model class `build_model` returns; export refuses others.
+    model_class = None
+    #: The `TASK_FIELDS` this task reads.
+    fields = ()
+
+    def __init__(self, tokenizer=None, label_names=None):
+        self.tokenizer = tokenizer
+        self.label_names = None if label_names is None else [str(n) for n in label_names]
+
+    # --- configuration ------------------------------------------------------
+
+    def check_config(self, config):
+        """Raises ValueError for a task-only field set on a task that ignores it."""
+        for field, unset in TASK_FIELDS.items():
+            value = getattr(config, field)
+            if field not in self.fields and value != unset:
+                raise ValueError(
+                    f"`{field}` does not apply to this task; received "
+                    f"{field}={value!r} with task={self.name!r}."
+                )
+
+    def recipe_defaults(self):
+        """{TrainingConfig field: value} the recipe uses where the config says None."""
+        return {}
+
+    # --- data and assets ----------------------------------------------------
+
+    def load_data(self, config, run_dir):
+        """The train/valid/test splits (`training.data.TaskData`), checked."""
+        raise NotImplementedError
+
+    def prepare(self, config, data, run_dir, write=True):
+        """Learns (or, on resume, reloads) the assets; `write`: save them too.
+
+        The default keeps the class names the data found.
+        """
+        self.label_names = None if data.label_names is None else list(data.label_names)
+        if write and self.label_names is not None:
+            with open(os.path.join(run_dir, "labels.json"), "w", encoding="utf-8") as f:
+                json.dump(self.label_names, f)
+
+    def load_assets(self, run_dir):
+        """Reads what `prepare` wrote: `vocab/` and `labels.json`, when present."""
+        vocab_dir = os.path.join(run_dir, "vocab")
+        if os.path.isdir(vocab_dir):
+            self.tokenizer = WordPieceTokenizer.load(vocab_dir)
+        labels = os.path.join(run_dir, "labels.json")
+        if os.path.isfile(labels):
+            with open(labels, encoding="utf-8") as f:
+                self.label_names = json.load(f)
+        return self
+
+    def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        """`tf.data` of `(model inputs, labels)` batches of `split` (inputs, targets).
+
+        `training`: the batches feed updates (a task may then drop an
+        incomplete batch, so that XLA sees few shapes).
+        """
+        raise NotImplementedError
+
+    def training_shapes(self, config):
+        """Distinct batch shapes of the training stream (XLA compiles each once)."""
+        return 1
+
+    def batch_tokens(self, config, inputs, labels):
+        """Real tokens in one batch: what the learning rate's batch factor counts."""
+        raise NotImplementedError
+
+    # --- model ----------------------------------------------------------------
+
+    def build_model(self, config, data):
+        """The (built) Keras model for `config` and the assets."""
+        raise NotImplementedError
+
+    def loss_and_metrics(self, config):
+        """(loss, [metrics]) to compile with; the pipeline adds the optimizer."""
+        raise NotImplementedError
+
+    def check_model(self, model):
+        """Raises ValueError unless `model` is this task's `model_class`."""
+        if not isinstance(model, self.model_class):
+            raise ValueError(
+                f"task={self.name!r} needs a {self.model_class.__name__}; "
+                f"received model={type(model).__name__}."
+            )
+
+    # --- selection and evaluation -------------------------------------------
+
+    def validation_score(self, config, model, data, valid):
+        """(score(model) -> float, higher is better; epoch-log monitor; mode)."""
+        raise NotImplementedError
+
+    def time_evaluation(self, config, model, data, score, seconds_loss, plan):
+        """(seconds of one score beyond the loss pass, seconds kept for the end).
+
+        Called once while planning a time budget, after one validation pass
+        of `seconds_loss`. The end is selection, the test evaluation and
+        saving: by default a few validation passes.  A task may leave a
+        costly part of its test out of a short budget by recording that in
+        `plan` (plan.json, which `evaluate` then receives, on resume too).
+        """
+        return 0.0, 5.0 + 3 * seconds_loss
+
+    def callbacks(self, config, model, data, logs_dir):
+        """Task callbacks, placed before the pipeline's (TensorBoard last)."""
+        return []
+
+    def evaluate(self, config, model, data, valid, plan=None):
+        """{"valid_<metric>": ..., test figures...} of the final model.
+
+        `plan`: the run's plan.json (what `time_evaluation` decided).
+        """
+        results = model.evaluate(valid, verbose=0, return_dict=True)
+        metrics = {f"valid_{k}": float(v) for k, v in results.items()}
+        metrics.update(self.evaluate_test(config, model, data, plan or {}))
+        return metrics
+
+    def evaluate_test(self, config, model, data, plan=None):
+        """The test split's figures."""
+        raise NotImplementedError
+
+    # --- inference --------------------------------------------------------------
+
+    def parse_input(self, example):
+        """One raw input (a line of text, or already parsed) as `outputs` takes it."""
+        raise NotImplementedError
+
+    def batch_key(self, example):
+        """Examples are batched in this order; a change of key for `same_key_batches`."""
+        return len(example)
+
+    #: Only examples of equal `batch_key` share a batch (unmasked padding).
+    same_key_batches = False
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """What the serving signature returns for `examples`, computed with Keras.
+
+        The verification reference, and `Run.predict`'s answer.
+        """
+        raise NotImplementedError
+
+    def format_outputs(self, outputs):
+        """Signature outputs {key: array} -> one line of text per example."""
+        raise NotImplementedError
+
+    def check_beam_size(self, beam_size):
+        """Raises ValueError unless the task decodes with `beam_size` beams."""
+        if beam_size != 1:
+            raise ValueError(
+                f"beam_size applies to translation; received beam_size={beam_size!r} "
+                f"with task={self.name!r}."
+            )
+
+    def signature_name(self, beam_size=1):
+        """The SavedModel signature that answers `outputs(..., beam_size)`."""
+        self.check_beam_size(beam_size)
+        return "serving_default"
+
+    def serving_inputs(self, examples):
+        """{signature input key: array} of parsed `examples`."""
+        raise NotImplementedError
+
+    # --- export -----------------------------------------------------------------
+
+    def serving_module(self, model):
+        """The inference `tf.Module` a SavedModel serves (`export.serving`)."""
+        raise NotImplementedError
+
+    def class_names(self, model):
+        """The served class names (`labels.txt`), or None without classes."""
+        return None
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        """The `.tflite` flatbuffer (`export.tflite`)."""
+        raise NotImplementedError
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        """Inputs that verification runs through an export."""
+        raise NotImplementedError

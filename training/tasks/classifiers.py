@@ -1,0 +1,92 @@
+"""Helpers the classification tasks share (text, series, images).
+
+Functions, not a base class: each task calls the ones it needs.  Served
+and predicted outputs are `{"probabilities": (N, K) float32, "labels": (N,)
+bytes}`, K being `num_classes` (1 for a single sigmoid output).
+"""
+
+import keras
+import numpy as np
+
+from keras_transformer.models import TransformerClassifier
+from training.tasks.common import preset_config, with_cardinality
+
+
+def build_classifier(config, data, **inputs):
+    """A `TransformerClassifier` of the configured preset; `inputs` pick token or series input."""
+    m = preset_config(config)
+    return TransformerClassifier(
+        num_classes=config.num_classes or len(data.label_names), num_layers=m.num_layers,
+        hidden_dim=m.hidden_dim, num_heads=m.num_heads, intermediate_dim=m.intermediate_dim,
+        dropout=m.dropout, max_sequence_length=m.max_sequence_length, positions=m.positions,
+        normalize_first=m.normalize_first, **inputs,
+    )  # fmt: skip
+
+
+def loss_and_metrics():
+    """Cross-entropy on logits, and accuracy (the selection score)."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return loss, [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+
+def accuracy_score(valid):
+    """Validation accuracy, the epoch log's `val_accuracy`, to maximise."""
+    return (lambda m: m.evaluate(valid, verbose=0, return_dict=True)["accuracy"],
+            "val_accuracy", "max")
+
+
+def test_metrics(task, config, model, data):
+    """{"test_<metric>": ...} on the test split."""
+    test = with_cardinality(task.make_dataset(config, data.test))
+    results = model.evaluate(test, verbose=0, return_dict=True)
+    return {f"test_{k}": float(v) for k, v in results.items()}
+
+
+def class_names(model, label_names):
+    """One name per class ("0", "1", ... by default; two for a sigmoid output)."""
+    count = max(int(model.num_classes), 2)
+    names = [str(n) for n in (label_names or range(count))]
+    if len(names) != count:
+        raise ValueError(
+            f"label_names must name {count} classes for num_classes="
+            f"{model.num_classes}; received {len(names)}: {names}."
+        )
+    return names
+
+
+def outputs(model, inputs, label_names):
+    """Keras probabilities and label names of model inputs, as served."""
+    probabilities = np.asarray(model.probabilities(model(inputs, training=False)), np.float32)
+    names = class_names(model, label_names)
+    if model.num_classes == 1:
+        index = (probabilities[:, 0] > 0.5).astype(int)
+    else:
+        index = probabilities.argmax(-1)
+    labels = np.asarray([names[i].encode("utf-8") for i in index], dtype=object)
+    return {"probabilities": probabilities, "labels": labels}
+
+
+def format_outputs(outputs):
+    """`label<TAB>probability` lines: the chosen class and its probability."""
+    probabilities = np.asarray(outputs["probabilities"], np.float64)
+    lines = []
+    for row, label in zip(probabilities, outputs["labels"], strict=True):
+        # A single sigmoid output is P(class 1); the other class has 1 - p.
+        p = row.max() if len(row) > 1 else (row[0] if row[0] > 0.5 else 1.0 - row[0])
+        name = label.decode("utf-8") if isinstance(label, bytes) else str(label)
+        lines.append(f"{name}\t{p:.4f}")
+    return lines
+
+
+def serving_module(model, tokenizer, label_names):
+    """`export.serving.ClassifierModule` with the task's class names."""
+    from export.serving import ClassifierModule  # On use: export imports the tasks.
+
+    return ClassifierModule(model, tokenizer, class_names(model, label_names))
+
+
+def tflite_model(model, quantize, sequence_length, batch_size):
+    """`export.tflite.classifier_tflite`: inputs -> probabilities."""
+    from export.tflite import classifier_tflite  # On use: export imports the tasks.
+
+    return classifier_tflite(model, quantize, sequence_length, batch_size)

@@ -1,0 +1,133 @@
+"""Text classification: labelled sentences -> a token `TransformerClassifier`."""
+
+import numpy as np
+
+from keras_transformer.models import TransformerClassifier
+from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
+from training import pipeline, text_files
+from training.data import TaskData, require_file, resolve_data_dir
+from training.tasks import classifiers
+from training.tasks.base import Task
+from training.tasks.common import (
+    learn_or_load_tokenizer,
+    text_input,
+    text_probes,
+    token_ids,
+)
+
+
+class TextClassification(Task):
+    """Sentence -> class, from a word-piece vocabulary learned on the training text.
+
+    Data: `dataset="sst2"`, `"trec"` (every 10th training question
+    validates) or `"files"` (`label<TAB>text` files; class names in the
+    order `text_files.read_classification` gives them).  Selection and
+    test: accuracy.  The task name is the config's `"classification"`.
+    """
+
+    name = "classification"
+    datasets = ("sst2", "trec", "files")
+    model_class = TransformerClassifier
+
+    def recipe_defaults(self):
+        return {"weight_decay": 0.01}  # small data: more decay than translation's
+
+    # --- data -------------------------------------------------------------------
+
+    def load_data(self, config, run_dir):
+        folder = resolve_data_dir(config.data_dir) / "sentence-classification"
+        if config.dataset == "sst2":
+            files = [folder / f"stsa.binary.{name}" for name in ("train", "dev", "test")]
+        elif config.dataset == "trec":
+            # No development split: every 10th training question validates.
+            files = [folder / "TREC.train.all", None, folder / "TREC.test.all"]
+        elif config.dataset == "files":
+            files = [config.train_files[0],
+                     (config.valid_files or config.train_files)[0],
+                     (config.test_files or config.valid_files or config.train_files)[0]]
+        else:
+            raise ValueError(
+                f"dataset={config.dataset!r} is not a text classification dataset; "
+                "use sst2, trec or files."
+            )
+        texts, labels, names = text_files.read_classification(
+            require_file(files[0], "train file"), encoding=config.encoding
+        )
+        splits = [(texts, np.asarray(labels, "int32"))]
+        if files[1] is None:
+            held_out = np.arange(len(texts)) % 10 == 0
+            splits = [
+                ([t for t, h in zip(texts, held_out, strict=True) if h == side],
+                 splits[0][1][held_out == side])
+                for side in (False, True)
+            ]
+        for path, what in zip(files[1:], ("valid file", "test file"), strict=True):
+            if path is None:
+                continue
+            t, y, _ = text_files.read_classification(
+                require_file(path, what), label_names=names, encoding=config.encoding
+            )
+            splits.append((t, np.asarray(y, "int32")))
+        return TaskData(*splits, label_names=[str(n) for n in names])
+
+    def prepare(self, config, data, run_dir, write=True):
+        super().prepare(config, data, run_dir, write)
+        self.tokenizer = learn_or_load_tokenizer(config, run_dir, list(data.train[0]), write)
+
+    def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        dataset = pipeline.make_classification_dataset(
+            split[0], split[1], tokenizer=self.tokenizer,
+            max_sequence_length=config.max_sequence_length, batch_size=config.batch_size,
+            seed=config.seed, shuffle=shuffle, repeat=repeat,
+        )
+        # The classifier is a single-input functional model: feed the bare tensor.
+        return dataset.map(lambda x, y: (x["token_ids"], y))
+
+    def batch_tokens(self, config, inputs, labels):
+        return int(np.count_nonzero(inputs.numpy()))  # non-padding ids
+
+    # --- model, selection, evaluation ------------------------------------------
+
+    def build_model(self, config, data):
+        return classifiers.build_classifier(
+            config, data, vocabulary_size=self.tokenizer.vocabulary_size
+        )
+
+    def loss_and_metrics(self, config):
+        return classifiers.loss_and_metrics()
+
+    def validation_score(self, config, model, data, valid):
+        return classifiers.accuracy_score(valid)
+
+    def evaluate_test(self, config, model, data, plan=None):
+        return classifiers.test_metrics(self, config, model, data)
+
+    # --- inference and export ---------------------------------------------------
+
+    parse_input = staticmethod(text_input)
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """Probabilities and labels; a sentence without tokens reads as one `[UNK]`,
+        as served (`export.serving.fill_empty_rows`)."""
+        self.check_beam_size(beam_size)
+        ids = token_ids(self.tokenizer, examples, int(model.max_sequence_length))
+        ids[(ids == PAD_ID).all(axis=1), 0] = UNK_ID
+        return classifiers.outputs(model, ids, self.label_names)
+
+    def format_outputs(self, outputs):
+        return classifiers.format_outputs(outputs)
+
+    def serving_inputs(self, examples):
+        return {"sentences": np.asarray(list(examples), dtype=object)}
+
+    def serving_module(self, model):
+        return classifiers.serving_module(model, self.tokenizer, self.label_names)
+
+    def class_names(self, model):
+        return classifiers.class_names(model, self.label_names)
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        return classifiers.tflite_model(model, quantize, sequence_length, batch_size)
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        return text_probes(self.tokenizer, num_examples, seed)

@@ -1,0 +1,266 @@
+"""Translation: parallel sentences -> a seq2seq `Transformer`, scored by BLEU."""
+
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.models import Transformer
+from training import budget, pipeline, text_files, toy_data
+from training.data import TaskData, require_file, resolve_data_dir
+from training.evaluation import Translator, bleu_scores, corpus_bleu
+from training.losses import (
+    MaskedAccuracy,
+    MaskedPerplexity,
+    MaskedSparseCategoricalCrossentropy,
+)
+from training.monitor import AttentionImages, ValidationBleu, attention_example
+from training.tasks.base import Task
+from training.tasks.common import (
+    learn_or_load_tokenizer,
+    preset_config,
+    text_input,
+    text_probes,
+    token_ids,
+)
+
+
+class Translation(Task):
+    """Source sentence -> target sentence, one shared word-piece vocabulary.
+
+    Data: `dataset="toy"` (generated number words), `"multi30k"`
+    (`source_language` -> `target_language`) or `"files"` (`train_files`
+    etc. as (source, target) pairs of line-aligned files).  Selection:
+    greedy BLEU of `eval_sentences` validation sentences, or minus the
+    validation loss when that is 0.  Test: cased sacreBLEU (and lowercased
+    tokenized BLEU) of greedy and, with `beam_size > 1`, beam search.
+    """
+
+    name = "translation"
+    datasets = ("toy", "multi30k", "files")
+    model_class = Transformer
+
+    def __init__(self, tokenizer=None, label_names=None):
+        super().__init__(tokenizer, label_names)
+        self._translators = {}
+
+    def recipe_defaults(self):
+        return {"weight_decay": 1e-4}  # fairseq's IWSLT de-en recipe
+
+    # --- data -------------------------------------------------------------------
+
+    def load_data(self, config, run_dir):
+        if config.dataset == "toy":
+            paths = toy_data.write_toy_corpus(
+                os.path.join(run_dir, "data"), config.toy_train_size,
+                config.toy_eval_size, config.toy_eval_size, seed=config.seed,
+            )
+            splits = [paths["train"], paths["valid"], paths["test"]]
+        elif config.dataset == "multi30k":
+            folder = resolve_data_dir(config.data_dir) / "multi30k"
+            src, tgt = config.source_language, config.target_language
+            splits = [
+                (folder / f"{name}.{src}.gz", folder / f"{name}.{tgt}.gz")
+                for name in ("train", "val", "test_2016_flickr")
+            ]
+        elif config.dataset == "files":
+            splits = [config.train_files, config.valid_files or config.train_files,
+                      config.test_files or config.valid_files or config.train_files]
+        else:
+            raise ValueError(
+                f"dataset={config.dataset!r} is not a translation dataset; use toy, multi30k or files."
+            )
+        read = []
+        for name, pair in zip(("train", "valid", "test"), splits, strict=True):
+            if len(pair) != 2:
+                raise ValueError(f"{name}_files must be (source, target); received {pair!r}.")
+            source, target = (require_file(p, f"{name} file") for p in pair)
+            read.append(text_files.read_parallel(source, target, encoding=config.encoding))
+        return TaskData(*read)
+
+    def prepare(self, config, data, run_dir, write=True):
+        super().prepare(config, data, run_dir, write)
+        texts = list(data.train[0]) + list(data.train[1])
+        self.tokenizer = learn_or_load_tokenizer(config, run_dir, texts, write)
+
+    def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        static = {}
+        if config.jit_compile:
+            # XLA compiles once per shape: a few coarse buckets, each batch
+            # padded to its bucket's length, and the training stream drops
+            # incomplete batches, so that each bucket has one shape.
+            static = dict(pad_to_bucket_boundary=True, boundaries=self._boundaries(config),
+                          drop_remainder=training)
+        return pipeline.make_translation_dataset(
+            split[0], split[1], self.tokenizer, self.tokenizer, config.max_sequence_length,
+            config.tokens_per_batch, seed=config.seed, shuffle=shuffle, repeat=repeat,
+            **static,
+        )
+
+    @staticmethod
+    def _boundaries(config):
+        return pipeline.bucket_boundaries(config.max_sequence_length, min_length=16, growth=1.5)
+
+    def training_shapes(self, config):
+        return len(self._boundaries(config)) - 1
+
+    def batch_tokens(self, config, inputs, labels):
+        return int(np.count_nonzero(labels.numpy()))  # target tokens
+
+    # --- model, selection, evaluation ------------------------------------------
+
+    def build_model(self, config, data):
+        model = Transformer.from_config_object(
+            preset_config(config, vocabulary_size=self.tokenizer.vocabulary_size)
+        )
+        model({"encoder_token_ids": np.ones((1, 2), "int32"),
+               "decoder_token_ids": np.ones((1, 2), "int32")})
+        return model
+
+    def loss_and_metrics(self, config):
+        loss = MaskedSparseCategoricalCrossentropy(label_smoothing=config.label_smoothing)
+        return loss, [MaskedAccuracy(), MaskedPerplexity()]
+
+    def translator(self, config, model, beam_size):
+        """Strings -> translations with the run's decoding settings.
+
+        One `Translator` per (model, beam size, length penalty): validation
+        BLEU, selection and the test share one traced greedy loop.
+        """
+        return self._translator(model, beam_size, config.length_penalty)
+
+    def _translator(self, model, beam_size, length_penalty):
+        key = (id(model), beam_size, float(length_penalty))
+        if key not in self._translators:
+            self._translators[key] = Translator(
+                model, self.tokenizer, int(model.config.max_sequence_length),
+                beam_size=beam_size, length_penalty=length_penalty,
+            )
+        return self._translators[key]
+
+    def validation_score(self, config, model, data, valid):
+        if not config.eval_sentences:
+            return (lambda m: -m.evaluate(valid, verbose=0, return_dict=True)["loss"],
+                    "val_loss", "min")
+        n = config.eval_sentences
+        translator = self.translator(config, model, beam_size=1)
+
+        def bleu(model):
+            hypotheses = translator(data.valid[0][:n])
+            return corpus_bleu(hypotheses, data.valid[1][:n], config.lower_case).score
+
+        return bleu, "val_bleu", "max"
+
+    def time_evaluation(self, config, model, data, score, seconds_loss, plan):
+        beam = config.beam_size > 1
+        plan["test_beam"] = beam
+        if not config.eval_sentences:
+            return super().time_evaluation(config, model, data, score, seconds_loss, plan)
+        started = time.time()
+        score(model)  # the first call traces the decoding loop
+        first = time.time() - started
+        started = time.time()
+        score(model)
+        seconds_score = time.time() - started
+        trace = max(0.0, first - seconds_score)
+        per_sentence = seconds_score / min(config.eval_sentences, len(data.valid[0]))
+        test_greedy = per_sentence * len(data.test[0])
+        # Beam search costs about 2.5x greedy here (benchmarks/bench_decoding.py)
+        # and traces its own loop.
+        seconds_beam = (2.5 * test_greedy + 2 * trace) * beam
+        if seconds_beam > budget.BEAM_SHARE * 60 * config.time_budget_minutes:
+            # A user who gives a run ten minutes wants the model trained, not
+            # three of them spent on a beam-search score: greedy only.
+            seconds_beam = 0.0
+            plan["test_beam"] = False
+        return seconds_score, 5.0 + 3 * seconds_score + test_greedy + seconds_beam
+
+    def callbacks(self, config, model, data, logs_dir):
+        callbacks = []
+        if config.eval_sentences:
+            n = config.eval_sentences
+            callbacks.append(ValidationBleu(
+                self.translator(config, model, beam_size=1),
+                data.valid[0][:n], data.valid[1][:n], config.lower_case,
+            ))
+        callbacks.append(AttentionImages(
+            os.path.join(logs_dir, "attention"),
+            *attention_example(self.tokenizer, data.valid[0][0], data.valid[1][0],
+                               config.max_sequence_length),
+            self.tokenizer.vocabulary,
+        ))
+        return callbacks
+
+    def evaluate_test(self, config, model, data, plan=None):
+        sources, references = data.test
+        decoded = {"greedy": self.translator(config, model, beam_size=1)(sources)}
+        if config.beam_size > 1 and (plan or {}).get("test_beam", True):
+            decoded["beam"] = self.translator(config, model, config.beam_size)(sources)
+        metrics = {}
+        for name, hypotheses in decoded.items():
+            # Headline: cased sacreBLEU of detokenized text; beside it the
+            # lowercased Moses-tokenized BLEU that Multi30k papers quote.
+            scores = bleu_scores(hypotheses, references, language=config.target_language)
+            metrics[f"test_bleu_{name}"] = scores["bleu"]
+            metrics[f"test_bleu_{name}_lowercase_tokenized"] = scores["bleu_lowercase_tokenized"]
+        metrics["examples"] = [
+            {"source": s, "reference": r, "translation": t}
+            for s, r, t in zip(sources[: config.num_examples], references, decoded["greedy"],
+                               strict=False)
+        ]
+        return metrics
+
+    # --- inference and export ---------------------------------------------------
+
+    parse_input = staticmethod(text_input)
+
+    def check_beam_size(self, beam_size):
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
+            raise ValueError(f"beam_size must be a positive integer; received {beam_size!r}.")
+
+    def signature_name(self, beam_size=1):
+        from export.serving import BEAM_SIZE  # On use: export imports the tasks.
+
+        self.check_beam_size(beam_size)
+        if beam_size == 1:
+            return "serving_default"
+        if beam_size != BEAM_SIZE:
+            raise ValueError(
+                f"A SavedModel translates greedily (beam_size=1) or with its "
+                f"translate_beam signature (beam_size={BEAM_SIZE}, fixed at "
+                f"export); received beam_size={beam_size}."
+            )
+        return "translate_beam"
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        """{"translations": (N,) bytes}: cut to `max_sequence_length` pieces, decoded
+        up to min(S + 50, `max_sequence_length`) tokens (Section 6.1), as served."""
+        self.check_beam_size(beam_size)
+        ids = token_ids(self.tokenizer, examples, int(model.config.max_sequence_length))
+        # One traced decoding loop per setting.
+        tokens = self._translator(model, beam_size, length_penalty).decode_ids(ids)  # (N, L)
+        text = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(tokens))
+        return {"translations": np.asarray(text.numpy(), dtype=object)}
+
+    def format_outputs(self, outputs):
+        return [t.decode("utf-8") for t in outputs["translations"]]
+
+    def serving_inputs(self, examples):
+        return {"sentences": np.asarray(list(examples), dtype=object)}
+
+    def serving_module(self, model):
+        from export.serving import TranslatorModule  # On use: export imports the tasks.
+
+        if self.tokenizer is None:
+            raise ValueError("task='translation' needs the tokenizer; received tokenizer=None.")
+        return TranslatorModule(model, self.tokenizer)
+
+    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
+        from export.tflite import translator_tflite  # On use: export imports the tasks.
+
+        return translator_tflite(model, quantize, sequence_length, batch_size)
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        return text_probes(self.tokenizer, num_examples, seed)
+
