@@ -65,13 +65,43 @@ def core_op_names():
     return {name for name in dir(tf.raw_ops) if not name.startswith("_")}
 
 
-def text_op_names():
-    """Op types the installed TF Text registers (registry minus core)."""
-    import tensorflow_text  # noqa: F401  Loads its op libraries.
-    from tensorflow.python.framework import op_def_registry
+def _registered_ops():
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session as c_api
 
-    registered = set(op_def_registry.get_registered_ops())
-    return registered - core_op_names()
+    buffer = c_api.TF_GetAllOpList()
+    try:
+        registered = op_def_pb2.OpList.FromString(c_api.TF_GetBuffer(buffer))
+    finally:
+        c_api.TF_DeleteBuffer(buffer)
+    return {op.name for op in registered.op}
+
+
+_REGISTERED_BY_TENSORFLOW = (
+    "import sys, tensorflow\n"
+    "from export.serving_ops import _registered_ops\n"
+    "assert 'tensorflow_text' not in sys.modules\n"
+    "print('\\n'.join(sorted(_registered_ops())))\n"
+)
+
+
+def text_op_names():
+    """Op types the installed TF Text registers.
+
+    The op registry after importing `tensorflow_text`, less the registry of
+    a fresh process that imports TensorFlow alone.
+    """
+    import subprocess
+
+    import tensorflow_text  # noqa: F401  Loads its op libraries.
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    alone = subprocess.run(
+        [sys.executable, "-c", _REGISTERED_BY_TENSORFLOW], cwd=root, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout.split()
+    return _registered_ops() - set(alone)
 
 
 def _names_in_library(data, candidates):
@@ -93,7 +123,9 @@ def extract(wheel_path, candidates):
     libraries = {}
     with zipfile.ZipFile(wheel_path) as wheel:
         for member in sorted(wheel.namelist()):
-            if member.endswith(".so"):
+            # Op libraries only: core/pybinds/ holds TFLite and model-builder
+            # bindings, which name ops without registering them in TF.
+            if member.endswith(".so") and "/pybinds/" not in member:
                 names = _names_in_library(wheel.read(member), candidates)
                 if names:
                     libraries[member] = sorted(names)
