@@ -132,3 +132,26 @@ def test_step_timer_separates_compiling_steps():
     timer.times = list(np.cumsum([0.0] + durations))
     assert timer.seconds_per_step() == pytest.approx(0.1)
     assert timer.compiles() == (3, pytest.approx(3.3))
+
+
+def test_step_timer_estimates_from_the_later_steps():
+    timer = budget.StepTimer()
+    # Warm-up steps a third slower than the rest, then the steady pace.
+    durations = [4.0, 0.13, 0.13, 0.13, 0.12, 0.11] + [0.1] * 6
+    timer.times = list(np.cumsum([0.0] + durations))
+    assert timer.seconds_per_step() == pytest.approx(0.1)
+
+
+def test_disable_dropout_turns_every_rate_off():
+    from keras_transformer.models import Transformer
+    from training.train import _disable_dropout
+
+    model = Transformer(vocabulary_size=20, num_layers=1, hidden_dim=8, num_heads=2,
+                        intermediate_dim=16, max_sequence_length=8, dropout=0.5)
+    inputs = {"encoder_token_ids": np.array([[3, 4, 5, 6]]),
+              "decoder_token_ids": np.array([[1, 7, 8, 9]])}
+    first, second = (np.asarray(model(inputs, training=True)) for _ in range(2))
+    assert not np.allclose(first, second)  # dropout acts
+    _disable_dropout(model)
+    np.testing.assert_allclose(np.asarray(model(inputs, training=True)),
+                               np.asarray(model(inputs, training=False)), rtol=1e-6)

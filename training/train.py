@@ -175,6 +175,11 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             plan["planned"] = True
             if deadline is not None:  # the final evaluation keeps its time
                 deadline.deadline -= plan["seconds_reserved_for_final"]
+        if "dropout_off" not in plan:
+            epochs_planned = plan["total_steps"] / steps_per_epoch
+            plan["dropout_off"] = bool(epochs_planned < config.dropout_min_epochs)
+        if plan["dropout_off"]:
+            _disable_dropout(model)
         if _is_chief():
             budget.write_plan(plan_path, plan)
         if progress is not None:
@@ -215,6 +220,21 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             json.dump(metrics, f, indent=2, ensure_ascii=False)
         write_final_metrics(logs_dir, config, metrics, int(checkpoint.step))
     return metrics
+
+
+def _disable_dropout(model):
+    """Sets every dropout rate of `model` to 0; the next `fit` retraces its step.
+
+    The weights and the optimizer state stay; the saved config keeps the
+    built rates (they only act in training).
+    """
+    changed = False
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Dropout) and layer.rate > 0:
+            layer.rate = 0.0
+            changed = True
+    if changed:
+        model.train_function = None  # traced with the old rates
 
 
 def _segments(step, total_steps, steps_per_epoch):
