@@ -44,7 +44,7 @@ def _tensorboard_tags(log_dir):
 @pytest.mark.slow
 def test_tiny_run_writes_a_complete_run_directory(tmp_path):
     """A run leaves config, vocab, checkpoints, logs, model and metrics, and learns."""
-    config = load_config("tiny", FAST)
+    config = load_config("tiny", FAST + ["log_every_steps=2"])
     run_dir = tmp_path / "run"
     metrics = train(config, run_dir, verbose=0)
 
@@ -72,6 +72,10 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
         "epoch_bleu",
         "cross_attention/last_layer",
         "_hparams_/session_start_info",
+        "step/loss",  # every log_every_steps updates, not only per epoch
+        "step/learning_rate",
+        "final/test_bleu_greedy",  # the final metrics, linked by the HParams experiment
+        "_hparams_/experiment",
     ):
         assert any(tag in t for t in tags), (tag, sorted(tags))
     # The saved model reloads and gives the logits of the trained one.

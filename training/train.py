@@ -176,8 +176,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             if deadline is not None:  # the final evaluation keeps its time
                 deadline.deadline -= plan["seconds_reserved_for_final"]
         if "dropout_off" not in plan:
-            epochs_planned = plan["total_steps"] / steps_per_epoch
-            plan["dropout_off"] = bool(epochs_planned < config.dropout_min_epochs)
+            plan["dropout_off"] = _short_run(config, plan["total_steps"], steps_per_epoch)
         if plan["dropout_off"]:
             _disable_dropout(model)
         if _is_chief():
@@ -225,6 +224,8 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
 def _disable_dropout(model):
     """Sets every dropout rate of `model` to 0; the next `fit` retraces its step.
 
+    Returns whether any rate changed.
+
     The weights and the optimizer state stay; the saved config keeps the
     built rates (they only act in training).
     """
@@ -235,6 +236,20 @@ def _disable_dropout(model):
             changed = True
     if changed:
         model.train_function = None  # traced with the old rates
+    return changed
+
+
+def _short_run(config, total_steps, steps_per_epoch):
+    """True when the run is planned for fewer than `dropout_min_epochs` passes."""
+    return bool(total_steps / steps_per_epoch < config.dropout_min_epochs)
+
+
+def _timed_steps(model, train_stream, checkpoint, step, count):
+    """`count` updates from global `step`, timed; (the new step, the `StepTimer`)."""
+    timer = budget.StepTimer()
+    model.fit(train_stream.skip(step), epochs=1, steps_per_epoch=count,
+              callbacks=[checkpoint, timer], verbose=0, shuffle=False)
+    return checkpoint.step, timer
 
 
 def _segments(step, total_steps, steps_per_epoch):
@@ -264,11 +279,8 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
 
     Returns the global step after the timed updates.
     """
-    timer = budget.StepTimer()
     calibration = min(budget.CALIBRATION_STEPS, max(3, max_steps // 4), steps_per_epoch)
-    model.fit(train_stream.skip(step), epochs=1, steps_per_epoch=calibration,
-              callbacks=[checkpoint, timer], verbose=0, shuffle=False)
-    step = checkpoint.step
+    step, timer = _timed_steps(model, train_stream, checkpoint, step, calibration)
     # Steps that saved a checkpoint are slow too: their cost is planned as
     # a save every `checkpoint_every_steps` updates, and one per epoch.
     seconds_save = float(np.mean(checkpoint.save_seconds)) if checkpoint.save_seconds else 0.0
@@ -287,11 +299,23 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
         config, model, data, validation_score, seconds_loss, plan
     )
     seconds_final += seconds_compiling
-    seconds_left = 60 * config.time_budget_minutes - watch.elapsed()
-    total = budget.plan_total_steps(
-        seconds_left, seconds_per_step, steps_per_epoch, step,
-        seconds_loss + seconds_score + 2 * seconds_save, seconds_final, max_steps,
-    )
+
+    def plan_total():
+        return budget.plan_total_steps(
+            60 * config.time_budget_minutes - watch.elapsed(), seconds_per_step,
+            steps_per_epoch, step, seconds_loss + seconds_score + 2 * seconds_save,
+            seconds_final, max_steps,
+        )
+
+    total = plan_total()
+    plan["dropout_off"] = _short_run(config, total, steps_per_epoch)
+    retime = budget.CALIBRATION_STEPS // 2
+    if plan["dropout_off"] and _disable_dropout(model) and total - step > 4 * retime:
+        # Updates without dropout are faster (~15% on a CPU): time them
+        # (the first one retraces the step), then plan again.
+        step, timer = _timed_steps(model, train_stream, checkpoint, step, retime)
+        seconds_per_step = timer.seconds_per_step() + seconds_save / config.checkpoint_every_steps
+        total = plan_total()
     if config.schedule == "auto":
         plan["warmup_steps"] = min(config.warmup_steps or recipe.warmup_steps(total), total - 1)
         schedule.set_plan(plan["warmup_steps"], total)
