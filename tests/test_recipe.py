@@ -17,8 +17,9 @@ def test_peak_learning_rate_scales_with_width_and_small_batches():
     # 1/sqrt(d_model): the paper's base-model peak (7.0e-4) at d_model 512.
     assert recipe.peak_learning_rate(512, 4096) == pytest.approx(1e-3 / math.sqrt(2))
     assert recipe.peak_learning_rate(64, 4096) == pytest.approx(2e-3)
-    # sqrt(batch) below the reference batch, flat above it.
-    assert recipe.peak_learning_rate(256, 1024) == pytest.approx(5e-4)
+    # sqrt(batch) below the reference batch (1,024 tokens), flat above it.
+    assert recipe.peak_learning_rate(256, 1024) == pytest.approx(1e-3)
+    assert recipe.peak_learning_rate(256, 256) == pytest.approx(5e-4)
     assert recipe.peak_learning_rate(256, 25000) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="batch_tokens=0"):
         recipe.peak_learning_rate(256, 0)

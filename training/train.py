@@ -184,7 +184,13 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         if progress is not None:
             progress.set_plan(plan["total_steps"])
         history = {}
-        for initial_epoch, epochs, steps in _segments(step, plan["total_steps"], steps_per_epoch):
+        # Under a budget, one epoch per `fit`, and the plan is revised from
+        # the pace of each (the calibration's first updates run slow).
+        timer = budget.StepTimer() if deadline is not None else None
+        while segments := _segments(checkpoint.step, plan["total_steps"], steps_per_epoch):
+            initial_epoch, epochs, steps = segments[0]
+            if timer is not None:
+                epochs = initial_epoch + 1
             if selection.plateaued(selection.read_scores(run_dir), config.early_stopping_patience):
                 break
             if deadline is not None and deadline.hit:
@@ -192,10 +198,17 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             h = model.fit(
                 train_stream.skip(checkpoint.step), validation_data=valid,
                 initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
-                callbacks=callbacks, verbose=verbose, shuffle=False,
+                callbacks=callbacks + ([timer] if timer else []), verbose=verbose,
+                shuffle=False,
             )
             for key, values in h.history.items():
                 history.setdefault(key, []).extend(values)
+            if timer is not None and _replan(config, plan, schedule, timer, deadline,
+                                             checkpoint, steps_per_epoch, max_steps):
+                if _is_chief():
+                    budget.write_plan(plan_path, plan)
+                if progress is not None:
+                    progress.set_plan(plan["total_steps"])
     with watch.phase("eval"):
         k = config.average_last if config.average_last > 1 else config.keep_epoch_checkpoints
         choice = config.selection
@@ -237,6 +250,33 @@ def _disable_dropout(model):
     if changed:
         model.train_function = None  # traced with the old rates
     return changed
+
+
+def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch, max_steps):
+    """Revises the budgeted plan from the last epoch's pace; True if it changed.
+
+    The updates left are what fits before the deadline (which already keeps
+    the final evaluation's time) at the measured step time; the schedule
+    still ends annealed at the new last update.
+    """
+    if config.schedule != "auto" or len(timer.durations()) < 6:
+        return False
+    step = int(checkpoint.step)
+    saves = checkpoint.save_seconds
+    seconds_per_step = timer.seconds_per_step() + (
+        float(np.mean(saves)) / config.checkpoint_every_steps if saves else 0.0
+    )
+    total = budget.plan_total_steps(
+        deadline.deadline - time.time(), seconds_per_step, steps_per_epoch, step,
+        plan["seconds_per_validation"], 0.0, max_steps,
+    )
+    if total <= max(step, plan["warmup_steps"]) + 1 or total == plan["total_steps"]:
+        return False
+    plan["total_steps"] = int(total)
+    plan["seconds_per_step"] = round(seconds_per_step, 4)
+    plan["revisions"] = plan.get("revisions", 0) + 1
+    schedule.set_plan(plan["warmup_steps"], plan["total_steps"])
+    return True
 
 
 def _short_run(config, total_steps, steps_per_epoch):

@@ -212,8 +212,8 @@ print(f"test BLEU (greedy) {metrics['test_bleu_greedy']:.1f}; kept: {metrics['se
 # default): a linear warm-up over a tenth of the planned updates (at least
 # min(100, a quarter of them), at most 4,000), then a linear decay that
 # reaches 0 at the last planned update. Its peak is 1e-3 at d_model 256 and
-# 4,096-token batches, scaled by $1/\sqrt{d_{model}}$ and, for smaller
-# batches, by $\sqrt{tokens / 4096}$. The run's `plan.json` records the
+# 1,024-token batches, scaled by $1/\sqrt{d_{model}}$ and, for smaller
+# batches, by $\sqrt{tokens / 1024}$. The run's `plan.json` records the
 # values it used; the dots are the rate the run logged at each epoch's end.
 
 # %%

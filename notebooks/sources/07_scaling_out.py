@@ -154,7 +154,7 @@ print(
 #   `learning_rate_scale` with `schedule="paper"`; linear scaling with the
 #   batch is an upper bound, square-root scaling a safer start).
 # - **`train`'s default schedule (`schedule="auto"`) does this itself.** Its
-#   peak grows as the square root of the global batch's tokens up to 4,096
+#   peak grows as the square root of the global batch's tokens up to 1,024
 #   (`training/recipe.py`), and its warm-up is a tenth of the updates the run
 #   plans (at least min(100, a quarter of them), at most 4,000), so R times
 #   fewer updates get a warm-up about R times shorter.
