@@ -156,3 +156,32 @@ def test_disable_dropout_turns_every_rate_off():
     _disable_dropout(model)
     np.testing.assert_allclose(np.asarray(model(inputs, training=True)),
                                np.asarray(model(inputs, training=False)), rtol=1e-6)
+
+
+def test_a_budgeted_plan_is_revised_from_the_measured_pace():
+    import time
+    from types import SimpleNamespace
+
+    from training.train import _replan
+
+    config = TrainingConfig(task="translation", checkpoint_every_steps=1000)
+    schedule = WarmupLinearSchedule(1e-3, 10, 100)
+    plan = {"total_steps": 100, "warmup_steps": 10, "seconds_per_validation": 2.0}
+    timer = budget.StepTimer()
+    timer.times = list(np.cumsum([0.0] + [0.05] * 20))  # 0.05 s per update
+    checkpoint = SimpleNamespace(step=50, save_seconds=[])
+    deadline = SimpleNamespace(deadline=time.time() + 20.0)
+    assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
+    # ~19.2 s usable at 0.05 s an update plus a 2 s validation every 50
+    # updates (0.09 s an update) and one at the end: 173 more.
+    assert plan["total_steps"] - 50 == 173
+    assert plan["revisions"] == 1
+    # The schedule now ends annealed at the new last update.
+    assert float(schedule(plan["total_steps"])) == 0.0
+    assert float(schedule(100)) > 0.0
+    # A slower machine shrinks the plan; a hopeless one leaves it to the deadline.
+    timer.times = list(np.cumsum([0.0] + [0.5] * 20))
+    assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
+    assert plan["total_steps"] - 50 < 40
+    deadline.deadline = time.time()
+    assert not _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)

@@ -270,7 +270,8 @@ def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch
         deadline.deadline - time.time(), seconds_per_step, steps_per_epoch, step,
         plan["seconds_per_validation"], 0.0, max_steps,
     )
-    if total <= max(step, plan["warmup_steps"]) + 1 or total == plan["total_steps"]:
+    # plan_total_steps gives at least 2 more: no time left is not a plan.
+    if total <= max(step + 2, plan["warmup_steps"] + 1) or total == plan["total_steps"]:
         return False
     plan["total_steps"] = int(total)
     plan["seconds_per_step"] = round(seconds_per_step, 4)
