@@ -203,12 +203,21 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             )
             for key, values in h.history.items():
                 history.setdefault(key, []).extend(values)
-            if timer is not None and _replan(config, plan, schedule, timer, deadline,
-                                             checkpoint, steps_per_epoch, max_steps):
+            if checkpoint.step >= plan["total_steps"]:
+                break  # the plan is done: no revision extends a finished run
+            if timer is not None:
+                # The final evaluation's cost, re-estimated with the model as
+                # it is now (an untrained one decodes to the length limit).
+                _, final = task.time_evaluation(
+                    config, model, data, validation_score, plan["seconds_per_validation"], plan
+                )
+                deadline.deadline = watch.started_at + 60 * config.time_budget_minutes - final
+                plan["seconds_reserved_for_final"] = round(final, 1)
+                if _replan(config, plan, schedule, timer, deadline, checkpoint,
+                           steps_per_epoch, max_steps) and progress is not None:
+                    progress.set_plan(plan["total_steps"])
                 if _is_chief():
                     budget.write_plan(plan_path, plan)
-                if progress is not None:
-                    progress.set_plan(plan["total_steps"])
     with watch.phase("eval"):
         k = config.average_last if config.average_last > 1 else config.keep_epoch_checkpoints
         choice = config.selection
