@@ -141,6 +141,12 @@ def test_step_timer_estimates_from_the_later_steps():
     durations = [4.0, 0.13, 0.13, 0.13, 0.12, 0.11] + [0.1] * 6
     timer.times = list(np.cumsum([0.0] + durations))
     assert timer.seconds_per_step() == pytest.approx(0.1)
+    # Two timed steps (a tiny run): the faster one; none is an error.
+    timer.times = [0.0, 5.0, 5.2]
+    assert timer.seconds_per_step() == pytest.approx(0.2)
+    timer.times = [0.0]
+    with pytest.raises(ValueError, match="at least 1 timed step"):
+        timer.seconds_per_step()
 
 
 def test_disable_dropout_turns_every_rate_off():

@@ -84,8 +84,10 @@ class StepTimer(keras.callbacks.Callback):
         10% short.  The later half of the timed steps is the estimate.
         """
         durations = self.durations()
-        if len(durations) < 3:
-            raise ValueError("seconds_per_step needs at least 3 timed steps.")
+        if not len(durations):
+            raise ValueError("seconds_per_step needs at least 1 timed step.")
+        if len(durations) < 3:  # a tiny run: the fastest step (the first traced)
+            return float(durations.min())
         ordinary = durations <= 3 * np.percentile(durations, 25)
         later = ordinary & (np.arange(len(durations)) >= len(durations) // 2)
         return float(durations[later if later.sum() >= 3 else ordinary].mean())
