@@ -139,3 +139,140 @@ def test_default_classifier_has_no_patch_layer():
     model = TransformerClassifier(num_features=1, **CLASSIFIER)
     assert model.patch_length == 1
     assert not any(isinstance(layer, SeriesPatches) for layer in model.layers)
+
+
+# --- Overlapping patches (stride) -------------------------------------------
+
+
+def _reference_strided(x, p, s):
+    """Patch j holds steps js .. js+p-1, zero-padded to cover every step."""
+    batch, length, features = x.shape
+    count = -(-max(length - p, 0) // s) + 1
+    padded = np.pad(x, ((0, 0), (0, (count - 1) * s + p - length), (0, 0)))
+    patches = [padded[:, j * s : j * s + p].reshape(batch, p * features) for j in range(count)]
+    return np.stack(patches, axis=1)  # (B, n, p*F)
+
+
+@pytest.mark.parametrize(
+    "length, p, s",
+    [(11, 4, 2), (12, 4, 2), (8, 4, 1), (7, 3, 2), (3, 5, 2), (10, 5, 3)],
+    ids=["pad", "exact", "s1", "odd", "p_longer_than_T", "s3"],
+)
+def test_strided_layer_equals_numpy_reference(length, p, s):
+    x = _series(2, length, 3)
+    layer = SeriesPatches(p, stride=s)
+    got = ops.convert_to_numpy(layer(x))
+    np.testing.assert_array_equal(got, _reference_strided(x, p, s))
+    assert layer.compute_output_shape(x.shape) == got.shape
+
+
+@pytest.mark.parametrize("length", [5, 8, 9])
+def test_stride_equal_to_patch_length_is_the_plain_layer(length):
+    """Two paths (gather, reshape) for the same patches when s = p."""
+    x = _series(2, length, 2)
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(SeriesPatches(4, stride=4)(x)),
+        ops.convert_to_numpy(SeriesPatches(4)(x)),
+    )
+
+
+def test_strided_layer_passes_the_harness(tmp_path):
+    run_layer_test(
+        SeriesPatches,
+        {"patch_length": 4, "stride": 2},
+        _series(2, 9, 2),
+        tmp_path,
+        expected_output_shape=(2, 4, 8),
+    )
+
+
+def test_strided_layer_traced_with_unknown_length():
+    layer = SeriesPatches(4, stride=3)
+    patches = tf.function(
+        layer, input_signature=[tf.TensorSpec((None, None, 1), tf.float32)]
+    )
+    for length in (2, 7, 10):
+        x = _series(2, length, 1)
+        np.testing.assert_array_equal(patches(x).numpy(), _reference_strided(x, 4, 3))
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_bad_stride_raises_naming_it(value):
+    with pytest.raises(ValueError, match=re.escape(f"stride={value!r}")):
+        SeriesPatches(4, stride=value)
+    with pytest.raises(ValueError, match=re.escape(f"patch_stride={value!r}")):
+        TransformerClassifier(num_features=1, patch_length=4, patch_stride=value, **CLASSIFIER)
+
+
+def test_stride_longer_than_patch_raises_naming_both():
+    with pytest.raises(ValueError, match=r"stride=5, patch_length=4"):
+        SeriesPatches(4, stride=5)
+    with pytest.raises(ValueError, match=r"patch_stride=2, patch_length=1"):
+        TransformerClassifier(num_features=1, patch_stride=2, **CLASSIFIER)
+
+
+# --- Per-series standardization ----------------------------------------------
+
+
+def test_standardized_classifier_ignores_each_series_level_and_scale():
+    """Logits unchanged when every series is shifted and scaled (by its own
+    a > 0, b), and changed without the option: the test can fail."""
+    x = _series(3, 20, 2)
+    a = np.array([0.5, 3.0, 20.0], "float32")[:, None, None]
+    b = np.array([-4.0, 0.5, 100.0], "float32")[:, None, None]
+    for standardize in (True, False):
+        model = TransformerClassifier(
+            num_features=2, patch_length=4, patch_stride=2,
+            standardize_series=standardize, **CLASSIFIER,
+        )
+        diff = np.abs(ops.convert_to_numpy(model(a * x + b) - model(x))).max()
+        if standardize:
+            assert diff < 1e-4, diff
+        else:
+            assert diff > 1e-3, diff
+
+
+def test_standardization_is_per_feature():
+    """Each feature is standardized on its own: scaling one feature of one
+    series changes nothing (one shared statistic would)."""
+    model = TransformerClassifier(num_features=2, standardize_series=True, **CLASSIFIER)
+    x = _series(2, 12, 2)
+    scaled = x.copy()
+    scaled[:, :, 1] *= 100.0
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(model(scaled)), ops.convert_to_numpy(model(x)), atol=1e-4
+    )
+
+
+def test_new_options_round_trip_and_old_configs_still_load(tmp_path):
+    model = TransformerClassifier(
+        num_features=1, patch_length=4, patch_stride=2, standardize_series=True, **CLASSIFIER
+    )
+    x = _series(2, 9, 1)
+    config = model.get_config()
+    assert (config["patch_stride"], config["standardize_series"]) == (2, True)
+    reloaded = check_saved_model_round_trip(model, x, tmp_path)
+    assert reloaded.get_config() == config
+    # A config saved before these options existed builds the old model.
+    old = {k: v for k, v in config.items() if k not in ("patch_stride", "standardize_series")}
+    clone = TransformerClassifier.from_config(old)
+    assert (clone.patch_stride, clone.standardize_series) == (None, False)
+    assert clone.get_layer("series_patches").step == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(patch_stride=2), r"patch_stride=2 with vocabulary_size=20"),
+        (dict(standardize_series=True), r"standardize_series=True with vocabulary_size=20"),
+    ],
+)
+def test_series_options_with_token_input_raise_naming_them(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerClassifier(vocabulary_size=20, **kwargs, **CLASSIFIER)
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_standardize_series_must_be_a_bool(value):
+    with pytest.raises(ValueError, match=re.escape(f"standardize_series={value!r}")):
+        TransformerClassifier(num_features=1, standardize_series=value, **CLASSIFIER)

@@ -67,11 +67,14 @@ def test_recipe_defaults_name_config_fields(name):
 
 
 def test_task_only_fields_are_refused_where_unused():
-    assert set(TASK_FIELDS) == {"patch_length"}
-    TrainingConfig(task="timeseries", dataset="ucr", patch_length=4).validate()
+    assert set(TASK_FIELDS) == {"patch_length", "patch_stride", "standardize_series",
+                                "mixup_alpha"}
+    given = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4)
+    TrainingConfig(task="timeseries", dataset="ucr", **given).validate()
     for name, dataset in (("translation", "toy"), ("classification", "sst2")):
-        with pytest.raises(ValueError, match=f"patch_length=4 with task='{name}'"):
-            TrainingConfig(task=name, dataset=dataset, patch_length=4).validate()
+        for field, value in given.items():
+            with pytest.raises(ValueError, match=f"{field}={value!r} with task='{name}'"):
+                TrainingConfig(task=name, dataset=dataset, **{field: value}).validate()
 
 
 @pytest.mark.parametrize(
@@ -154,6 +157,8 @@ def test_batch_tokens_count_what_the_learning_rate_scales_with():
     assert get_task("classification").batch_tokens(config, ids, None) == 3
     series = tf.zeros((2, 10, 1))
     assert get_task("timeseries").batch_tokens(config, series, None) == 2 * 3  # ceil(10 / 4)
+    overlapping = config.replace(patch_stride=2)
+    assert get_task("timeseries").batch_tokens(overlapping, series, None) == 2 * 4  # 0,2,4,6
 
 
 def test_batches_keep_order_and_series_batches_share_one_length():

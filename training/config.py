@@ -18,6 +18,10 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 SCHEDULES = ("auto", "paper")
 SELECTIONS = ("auto", "last", "average_last", "average_best")
+# Sizes a task may derive from its data when the config leaves them null
+# (steps_per_epoch and patch_stride are null by default: one pass, no overlap).
+DATA_FIELDS = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
+               "patch_length", "patch_stride")
 DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
 # The allowed values of every enumerated field (validate() and --help).
 CHOICES = {
@@ -53,13 +57,16 @@ class TrainingConfig:
     vocabulary_size: int = 8000
     lower_case: bool = True
     # Longest sequence in pieces; longer inputs are truncated with a warning.
-    max_sequence_length: int = 64
+    max_sequence_length: int | None = 64
     # Translation batches hold about this many tokens (Section 5.1: 25,000).
     tokens_per_batch: int = 2048
-    # Classification batch size, in examples.
-    batch_size: int = 32
+    # Classification batch size, in examples.  A task that derives sizes from
+    # its data (`Task.data_fields`: time series) fills the ones set to null
+    # here and below (batch_size, epochs, steps_per_epoch,
+    # max_sequence_length, patch_length, patch_stride) from the data.
+    batch_size: int | None = 32
     # Passes over the training data, and optional cap on steps per epoch.
-    epochs: int = 10
+    epochs: int | None = 10
     steps_per_epoch: int | None = None
     # Learning-rate schedule: "auto" (linear warm-up, then linear decay to 0
     # at the last planned update: every run ends annealed) or "paper"
@@ -125,7 +132,14 @@ class TrainingConfig:
     # Classification: number of classes (inferred from data when 0).
     num_classes: int = 0
     # Time series: steps per token (PatchTST patches); 1 is one token per step.
-    patch_length: int = 1
+    patch_length: int | None = 1
+    # Time series: steps between patch starts (< patch_length: overlapping
+    # patches); None: half a patch when the recipe fills it, else no overlap.
+    patch_stride: int | None = None
+    # Time series: each series to mean 0, std 1 over time, per feature, in the model.
+    standardize_series: bool = False
+    # Time series: mixup's Beta(alpha, alpha) on every training batch (0: none).
+    mixup_alpha: float = 0.0
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -151,12 +165,38 @@ class TrainingConfig:
         """Raise ValueError naming the field and the value, before any work."""
         for name, choices in CHOICES.items():
             _choice(name, getattr(self, name), choices)
+        from_data = []  # null sizes: only a task that fills them from its data takes them
         for name in ("vocabulary_size", "max_sequence_length", "tokens_per_batch",
                      "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps",
                      "patch_length"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if value is None and name in DATA_FIELDS:
+                from_data.append(name)
+            elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+        if self.patch_stride is not None and (
+            not isinstance(self.patch_stride, int) or isinstance(self.patch_stride, bool)
+            or self.patch_stride <= 0
+        ):
+            raise ValueError(
+                f"`patch_stride` must be a positive integer or null; received "
+                f"patch_stride={self.patch_stride!r}."
+            )
+        if (self.patch_stride is not None and self.patch_length is not None
+                and self.patch_stride > self.patch_length):
+            raise ValueError(
+                f"`patch_stride` must not exceed `patch_length`; received patch_stride="
+                f"{self.patch_stride!r}, patch_length={self.patch_length!r}."
+            )
+        if isinstance(self.mixup_alpha, bool) or not (
+            isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0
+        ):
+            raise ValueError(f"`mixup_alpha` must be >= 0; received mixup_alpha={self.mixup_alpha!r}.")
+        if not isinstance(self.standardize_series, bool):
+            raise ValueError(
+                "`standardize_series` must be true or false; received "
+                f"standardize_series={self.standardize_series!r}."
+            )
         if self.warmup_steps is not None and (
             not isinstance(self.warmup_steps, int) or self.warmup_steps <= 0
         ):
@@ -191,7 +231,14 @@ class TrainingConfig:
         # Last: the task's own checks import its module (and TensorFlow).
         from training.tasks import get_task
 
-        get_task(self.task).check_config(self)
+        task = get_task(self.task)
+        for name in from_data:
+            if name not in task.data_fields:
+                raise ValueError(
+                    f"`{name}` must be a positive integer; received {name}=None "
+                    f"(task={self.task!r} does not derive it from the data)."
+                )
+        task.check_config(self)
 
 
 def _choice(name, value, choices):

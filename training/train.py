@@ -111,6 +111,9 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
     task = get_task(config.task)
     with watch.phase("data"):
         data = task.load_data(config, run_dir)
+    # Sizes the config leaves null come from the data (`Task.data_fields`);
+    # the same data give the same values on resume.
+    config = task.resolve_config(config, data)
     with watch.phase("vocabulary"):
         # Learns the vocabulary and class names, or reloads them on resume.
         task.prepare(config, data, run_dir, write=_is_chief())
@@ -229,6 +232,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         "steps": int(checkpoint.step),
         "steps_per_epoch": steps_per_epoch,
         "epochs": config.epochs,
+        "from_data": {n: getattr(config, n) for n in task.data_fields},
         "plan": plan,
         "selection": chosen,
         "stopped_by_deadline": bool(deadline is not None and deadline.hit),

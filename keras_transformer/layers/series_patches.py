@@ -18,14 +18,24 @@ class SeriesPatches(keras.layers.Layer):
     each step's F features together. The layer has no weights; it takes no
     mask (padding is not tracked inside a patch).
 
+    With a `stride` s < p the patches overlap (a patch starts every s steps,
+    PatchTST's "stride"): a linear projection of them is then a strided
+    convolution of kernel p, whose neighbouring tokens share p - s steps, so
+    a shape that straddles a patch border is still seen whole by one token.
+    The time axis is zero-padded to (n - 1)·s + p steps, n = ceil(max(T - p,
+    0) / s) + 1 tokens; s = p gives exactly the non-overlapping patches.
+
     Args:
         patch_length: p, the time steps per patch (1 returns the input).
+        stride: s, the steps from one patch's start to the next; None (the
+            default) is p. s > p skips steps and is refused.
 
     Call arguments:
         inputs: `(B, T, F)` series; T may be unknown (variable length).
 
     Returns:
-        `(B, ceil(T / p), p * F)` patches, in the layer's compute dtype.
+        `(B, n, p * F)` patches, n = ceil(T / p) without a stride, in the
+        layer's compute dtype.
 
     Example:
     >>> layer = keras_transformer.layers.SeriesPatches(patch_length=4)
@@ -37,28 +47,53 @@ class SeriesPatches(keras.layers.Layer):
         Forecasting with Transformers" (arXiv:2211.14730).
     """
 
-    def __init__(self, patch_length, **kwargs):
+    def __init__(self, patch_length, stride=None, **kwargs):
         super().__init__(**kwargs)
         self.patch_length = check_positive_int("patch_length", patch_length)
+        self.stride = check_positive_int("stride", stride, allow_none=True)
+        if self.stride is not None and self.stride > self.patch_length:
+            raise ValueError(
+                "`stride` must not exceed `patch_length` (steps would be "
+                f"skipped); received stride={stride!r}, patch_length={patch_length!r}."
+            )
         self.built = True
 
+    @property
+    def step(self):
+        """s: the steps between patch starts (p when no stride was given)."""
+        return self.patch_length if self.stride is None else self.stride
+
     def call(self, inputs):
+        if self.step != self.patch_length:
+            return self._overlapping(inputs)
         batch, length, features = ops.shape(inputs)
         padding = (-length) % self.patch_length  # 0 .. p-1 steps to a multiple of p
         x = ops.pad(inputs, [[0, 0], [0, padding], [0, 0]])  # (B, ceil(T/p)*p, F)
         width = self.patch_length * features
         return ops.reshape(x, (batch, -1, width))  # (B, ceil(T/p), p*F)
 
+    def _overlapping(self, inputs):
+        batch, length, features = ops.shape(inputs)
+        p, s = self.patch_length, self.step
+        count = ops.maximum(length - p, 0)
+        count = (count + s - 1) // s + 1  # n: patches that cover every step
+        padding = (count - 1) * s + p - length  # >= 0 steps of zeros at the end
+        x = ops.pad(inputs, [[0, 0], [0, padding], [0, 0]])  # (B, (n-1)s+p, F)
+        starts = ops.arange(count) * s  # (n,)
+        index = ops.expand_dims(starts, 1) + ops.arange(p)  # (n, p)
+        x = ops.take(x, index, axis=1)  # (B, n, p, F)
+        return ops.reshape(x, (batch, -1, p * features))  # (B, n, p*F)
+
     def compute_output_shape(self, input_shape):
         batch, length, features = input_shape
-        p = self.patch_length
+        p, s = self.patch_length, self.step
         return (
             batch,
-            None if length is None else -(-length // p),
+            None if length is None else -(-max(length - p, 0) // s) + 1,
             None if features is None else p * features,
         )
 
     def get_config(self):
         config = super().get_config()
-        config.update({"patch_length": self.patch_length})
+        config.update({"patch_length": self.patch_length, "stride": self.stride})
         return config

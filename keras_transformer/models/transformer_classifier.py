@@ -48,7 +48,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
       F=1), projected to d_model by a dense layer and summed with positions.
       With `patch_length` p > 1, every p consecutive steps form one token
       first (`SeriesPatches`: zero-padded to a multiple of p, reshaped to
-      `(B, ceil(T/p), p*F)`), as in PatchTST (Nie et al., 2023).
+      `(B, ceil(T/p), p*F)`), as in PatchTST (Nie et al., 2023); with a
+      `patch_stride` s < p the patches overlap (a patch starts every s steps).
+      With `standardize_series`, each series is first brought to mean 0 and
+      standard deviation 1 over its time steps, per feature (instance
+      normalization, as RevIN and PatchTST do), so that the model sees shape
+      and not level or scale, whatever units the file is in.
 
     The encoder output is averaged over real positions (padding excluded),
     then `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
@@ -69,6 +74,10 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             one token per step.  A single value per token gives attention
             little to compare; the generated task of notebook 05 is learned
             with patches of 8 steps and not with single steps.
+        patch_stride: steps between patch starts (numeric input only);
+            None is `patch_length` (no overlap).
+        standardize_series: per-series, per-feature standardization of
+            numeric input before the patches (False keeps the raw values).
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -97,6 +106,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         head_hidden_dim=None,
         layer_norm_epsilon=1e-6,
         patch_length=1,
+        patch_stride=None,
+        standardize_series=False,
         dtype=None,
         **kwargs,
     ):
@@ -118,11 +129,26 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_divisible("hidden_dim", hidden_dim, "num_heads", num_heads)
         check_choice("positions", positions, ("sinusoidal", "learned"))
         check_positive_int("patch_length", patch_length)
-        if vocabulary_size is not None and patch_length != 1:
+        check_positive_int("patch_stride", patch_stride, allow_none=True)
+        if not isinstance(standardize_series, bool):
             raise ValueError(
-                "`patch_length` applies to numeric input (num_features) only; "
-                f"received patch_length={patch_length!r} with vocabulary_size="
-                f"{vocabulary_size!r}."
+                "`standardize_series` must be True or False; received "
+                f"standardize_series={standardize_series!r}."
+            )
+        numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
+                        ("standardize_series", standardize_series, False))
+        for name, value, default in numeric_only:
+            if vocabulary_size is not None and value != default:
+                raise ValueError(
+                    f"`{name}` applies to numeric input (num_features) only; "
+                    f"received {name}={value!r} with vocabulary_size="
+                    f"{vocabulary_size!r}."
+                )
+        if patch_stride is not None and patch_stride > patch_length:
+            raise ValueError(
+                "`patch_stride` must not exceed `patch_length` (steps would be "
+                f"skipped); received patch_stride={patch_stride!r}, "
+                f"patch_length={patch_length!r}."
             )
 
         # === Layers ===
@@ -132,8 +158,17 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
                 dtype=dtype, name="token_embedding",
             )
         else:
+            # GroupNormalization with one group per feature is instance
+            # normalization: statistics over the time axis of each series.
+            self.series_norm = (
+                keras.layers.GroupNormalization(
+                    groups=-1, center=False, scale=False, epsilon=1e-5, dtype=dtype,
+                    name="series_standardization",
+                )
+                if standardize_series else None
+            )
             self.patches = (
-                SeriesPatches(patch_length, dtype=dtype, name="series_patches")
+                SeriesPatches(patch_length, stride=patch_stride, dtype=dtype, name="series_patches")
                 if patch_length > 1 else None
             )
             self.feature_projection = keras.layers.Dense(
@@ -174,6 +209,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             inputs = keras.Input((None, num_features), dtype="float32", name="features")
             mask = None
             x = inputs
+            if self.series_norm is not None:
+                x = self.series_norm(x)  # (B, T, F): mean 0, std 1 over T
             if self.patches is not None:
                 x = self.patches(x)  # (B, ceil(T/p), p*F)
             x = self.feature_projection(x)  # (B, T', d): T' tokens
@@ -204,6 +241,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.head_hidden_dim = head_hidden_dim
         self.layer_norm_epsilon = layer_norm_epsilon
         self.patch_length = patch_length
+        self.patch_stride = patch_stride
+        self.standardize_series = standardize_series
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         # Validate before the functional graph casts float ids to int32.
@@ -242,6 +281,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "head_hidden_dim": self.head_hidden_dim,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "patch_length": self.patch_length,
+            "patch_stride": self.patch_stride,
+            "standardize_series": self.standardize_series,
         }
 
     @classmethod

@@ -16,6 +16,7 @@ Who calls what:
 | hook | caller |
 |---|---|
 | `check_config`, `recipe_defaults` | `TrainingConfig.validate`, `training.recipe` |
+| `data_defaults`, `resolve_config` | `training.train`, after `load_data` |
 | `load_data`, `prepare`, `make_dataset`, `batch_tokens` | `training.train` (data, vocabulary) |
 | `build_model`, `loss_and_metrics` | `training.train._build` |
 | `validation_score`, `time_evaluation`, `callbacks`, `evaluate` | `training.train` |
@@ -30,7 +31,8 @@ import os
 from training.tokenizers import WordPieceTokenizer
 
 #: TrainingConfig fields that only some tasks use, with their unset value.
-TASK_FIELDS = {"patch_length": 1}
+TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
+               "mixup_alpha": 0.0}
 
 
 class Task:
@@ -51,6 +53,8 @@ class Task:
     model_class = None
     #: The `TASK_FIELDS` this task reads.
     fields = ()
+    #: The `config.DATA_FIELDS` this task fills from its data where the config says None.
+    data_fields = ()
 
     def __init__(self, tokenizer=None, label_names=None):
         self.tokenizer = tokenizer
@@ -71,6 +75,18 @@ class Task:
     def recipe_defaults(self):
         """{TrainingConfig field: value} the recipe uses where the config says None."""
         return {}
+
+    def data_defaults(self, config, data):
+        """{`data_fields` field: value} that the training data (`TaskData`) decide."""
+        return {}
+
+    def resolve_config(self, config, data):
+        """`config` with its None `data_fields` taken from `data_defaults`."""
+        defaults = self.data_defaults(config, data)
+        return config.replace(**{
+            name: value for name, value in defaults.items()
+            if name in self.data_fields and getattr(config, name) is None
+        })
 
     # --- data and assets ----------------------------------------------------
 

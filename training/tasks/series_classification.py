@@ -1,13 +1,17 @@
 """Time-series classification: numeric series -> a `TransformerClassifier` on features."""
 
+import math
 import os
 import re
 
+import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_transformer.models import TransformerClassifier
-from training import pipeline, synthetic_series, text_files
+from training import pipeline, recipes_series, synthetic_series, text_files
 from training.data import TaskData, require_file
+from training.series_augmentation import augment_series
 from training.tasks import classifiers
 from training.tasks.base import Task
 
@@ -17,9 +21,16 @@ _NUMBER_SEPARATORS = re.compile(r"[,\s]+")
 class SeriesClassification(Task):
     """Series `(T, F)` -> class, in tokens of `patch_length` steps (PatchTST).
 
-    Data: a UCR-format `train_files[0]` (label, then the values; every 10th
-    training series validates) and `test_files[0]`, or without files a
-    generated two-class task (normal vs. anomalous, written to `RUN/data`).
+    Data: a UCR-format `train_files[0]` (label, then the values) and
+    `test_files[0]`, or without files a generated two-class task (normal
+    vs. anomalous, written to `RUN/data`).  Every training series trains:
+    `valid_files[0]` validates when given, otherwise the training series do
+    (their accuracy measures fit, not generalisation, so the presets select
+    the last weights).  With 36 series a tenth held out is 4 series, too few
+    to choose anything by, and a tenth fewer to learn from.
+    Sizes the config leaves null come from the data
+    (`training.recipes_series`).  Labels are one-hot, mixed by `mixup_alpha`
+    on training batches; loss: cross-entropy with `label_smoothing`.
     Selection and test: accuracy.  The task name is the config's
     `"timeseries"`.
     """
@@ -27,12 +38,41 @@ class SeriesClassification(Task):
     name = "timeseries"
     datasets = ("ucr", "files")
     model_class = TransformerClassifier
-    fields = ("patch_length",)
+    fields = ("patch_length", "patch_stride", "standardize_series", "mixup_alpha")
+    data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
+                   "patch_length", "patch_stride")
     #: Series are not masked: only series of one length share a batch.
     same_key_batches = True
 
     def recipe_defaults(self):
-        return {"weight_decay": 0.01}  # small data: more decay than translation's
+        # AdamW decay 0.05 (0.01 before): a few dozen series against ~70k
+        # weights; the hold-out runs of benchmarks/explore_series.py used 0.05.
+        return {"weight_decay": 0.05}
+
+    def check_config(self, config):
+        super().check_config(config)
+        if config.num_classes == 1:
+            raise ValueError(
+                "num_classes=1 (one sigmoid output) does not apply to task='timeseries', "
+                "whose labels are one-hot; received num_classes=1 (0 counts the classes)."
+            )
+
+    def data_defaults(self, config, data):
+        """`training.recipes_series.series_recipe` of the training split's (N, T, K, F).
+
+        `steps_per_epoch` is taken only when `epochs` is null too: an epoch
+        count the user gives means passes over the data.  A given
+        `patch_length` gets the half stride of its own length.
+        """
+        x = data.train[0]
+        recipe = recipes_series.series_recipe(
+            int(x.shape[0]), int(x.shape[1]), len(data.label_names), int(x.shape[2])
+        )
+        if config.epochs is not None:
+            recipe.pop("steps_per_epoch")
+        if config.patch_length is not None:
+            recipe["patch_stride"] = math.ceil(config.patch_length / 2)
+        return recipe
 
     # --- data -------------------------------------------------------------------
 
@@ -41,11 +81,7 @@ class SeriesClassification(Task):
             x, y, names = text_files.read_ucr(require_file(config.train_files[0], "train file"))
             test_path = (config.test_files or config.train_files)[0]
             tx, ty_raw, test_names = text_files.read_ucr(require_file(test_path, "test file"))
-            index = {name: i for i, name in enumerate(names)}
-            unknown = sorted(set(test_names) - set(index), key=str)
-            if unknown:
-                raise ValueError(f"Test labels {unknown} do not occur in the training file.")
-            ty = np.array([index[test_names[i]] for i in ty_raw], "int32")
+            ty = self._label_ids(ty_raw, test_names, names, "Test")
         else:
             x, y = synthetic_series.generate_series(1200, seed=config.seed)
             tx, ty = synthetic_series.generate_series(400, seed=config.seed + 1)
@@ -53,34 +89,57 @@ class SeriesClassification(Task):
             os.makedirs(os.path.join(run_dir, "data"), exist_ok=True)
             synthetic_series.write_ucr(os.path.join(run_dir, "data", "TRAIN.txt"), x, y)
             synthetic_series.write_ucr(os.path.join(run_dir, "data", "TEST.txt"), tx, ty)
-        # Hold out every 10th training series for validation.
-        valid = np.arange(len(x)) % 10 == 0
-        return TaskData(
-            (x[~valid], np.asarray(y)[~valid]), (x[valid], np.asarray(y)[valid]), (tx, ty),
-            label_names=[str(n) for n in names],
-        )
+        y = np.asarray(y)
+        valid = (x, y)
+        if config.valid_files:
+            vx, vy_raw, valid_names = text_files.read_ucr(
+                require_file(config.valid_files[0], "valid file"))
+            valid = (vx, self._label_ids(vy_raw, valid_names, names, "Validation"))
+        return TaskData((x, y), valid, (tx, ty), label_names=[str(n) for n in names])
+
+    @staticmethod
+    def _label_ids(ids, file_names, names, which):
+        index = {name: i for i, name in enumerate(names)}
+        unknown = sorted(set(file_names) - set(index), key=str)
+        if unknown:
+            raise ValueError(f"{which} labels {unknown} do not occur in the training file.")
+        return np.array([index[file_names[i]] for i in ids], "int32")
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
         dataset = pipeline.make_classification_dataset(
             split[0], split[1], max_sequence_length=config.max_sequence_length,
             batch_size=config.batch_size, seed=config.seed, shuffle=shuffle, repeat=repeat,
         )
+        num_classes = config.num_classes or len(self.label_names or ()) or int(max(split[1]) + 1)
+        if training:
+            # One-hot labels, mixed by mixup (series_augmentation); batch i is
+            # mixed with the seed (seed, i), so a resumed stream repeats it.
+            dataset = augment_series(dataset, num_classes, config.mixup_alpha, seed=config.seed)
+        else:
+            dataset = dataset.map(lambda x, y: (x, tf.one_hot(y, num_classes)))
         return dataset.map(lambda x, y: (x["features"], y))
 
     def batch_tokens(self, config, inputs, labels):
         rows, length = inputs.shape[:2]
-        return rows * -(-length // config.patch_length)  # patches
+        p = config.patch_length
+        s = config.patch_stride or p
+        return rows * (-(-max(length - p, 0) // s) + 1)  # patches (SeriesPatches)
 
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
         return classifiers.build_classifier(
             config, data, num_features=data.train[0].shape[-1],
-            patch_length=config.patch_length,
+            patch_length=config.patch_length, patch_stride=config.patch_stride,
+            standardize_series=config.standardize_series,
         )
 
     def loss_and_metrics(self, config):
-        return classifiers.loss_and_metrics()
+        """Cross-entropy on one-hot (mixed) labels with `label_smoothing`; accuracy."""
+        loss = keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=config.label_smoothing
+        )
+        return loss, [keras.metrics.CategoricalAccuracy(name="accuracy")]
 
     def validation_score(self, config, model, data, valid):
         return classifiers.accuracy_score(valid)

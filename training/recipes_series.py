@@ -1,0 +1,100 @@
+"""The time-series recipe's data rules: sizes from (N, T, K, F), not from a file's name.
+
+A user with a UCR file pair gives only the paths; what the file shows (N
+training series of T steps, K classes, F features) decides the sizes below.
+The fixed parts of the recipe (the same for every file) are in the
+`timeseries` and `series_classification` presets (`training/configs/`) and
+`SeriesClassification.recipe_defaults`; the evidence for each rule is in
+`benchmarks/explore_series.py` (hold-out runs on ArrowHead, OSULeaf and
+ACSF1, `benchmarks/results/explore_series.jsonl`) and the test figures on
+other UCR sets in `benchmarks/results/series_recipe.jsonl`.
+
+Data rules (`series_recipe`):
+
+- Updates, not epochs: U = max(4000, 100 passes).  Small files need many
+  passes: 36 series in batches of 8 are 5 updates a pass, and the hold-out
+  accuracy of ArrowHead and ACSF1 still rose between 2000 and 4000 updates.
+- Batch B = N/4 rounded down to a power of two, kept in [8, 32] (and at most
+  N): several updates per pass even for a few dozen series, and the noise of
+  a small batch as a regulariser.
+- The run is cut into `VALIDATIONS` = 20 "epochs" of ceil(U / 20) updates:
+  an epoch is what `training.train` validates and checkpoints, and 800
+  validations of a 36-series file would cost more than the updates.
+- No series is truncated: `max_sequence_length` = T (the old preset's cap
+  of 256 steps threw away 80% of every ACSF1 series).
+- Patches of p = max(2, ceil(T / 32)) steps, a new one every s = ceil(p / 2)
+  steps (PatchTST's overlap): 32 to 64 tokens whatever T is (T - 1 for T
+  <= 64).  The old fixed p = 8 gave 183 tokens for T = 1460; p of half or
+  twice the rule was no better on hold-out (ArrowHead, ACSF1).
+
+Fields the config sets win; only the ones left at None (null) take these.
+"""
+
+import math
+
+TARGET_PATCHES = 32  # non-overlapping patches per series; about x2 tokens with the half stride
+MIN_UPDATES = 4000
+MIN_PASSES = 100
+MIN_BATCH, MAX_BATCH = 8, 32
+VALIDATIONS = 20  # "epochs" of the run: validations and epoch checkpoints
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+    return value
+
+
+def series_batch_size(num_train):
+    """N/4 rounded down to a power of two, in [8, 32] (and at most N)."""
+    _positive_int("num_train", num_train)
+    size = 2 ** max(0, math.floor(math.log2(max(num_train / 4, 1))))
+    return min(num_train, max(MIN_BATCH, min(MAX_BATCH, size)))
+
+
+def series_patches(series_length):
+    """(p, s): patches of p = max(2, ceil(T / 32)) steps every s = ceil(p / 2) steps."""
+    _positive_int("series_length", series_length)
+    patch_length = max(2, math.ceil(series_length / TARGET_PATCHES))
+    return patch_length, math.ceil(patch_length / 2)
+
+
+def series_updates(num_train, batch_size):
+    """U = max(4000, 100 passes of ceil(N / B) updates)."""
+    _positive_int("num_train", num_train)
+    _positive_int("batch_size", batch_size)
+    return max(MIN_UPDATES, MIN_PASSES * math.ceil(num_train / batch_size))
+
+
+def series_recipe(num_train, series_length, num_classes, num_features=1):
+    """`TrainingConfig` fields for N training series of T steps, K classes, F features.
+
+    Args:
+        num_train: N, training series.
+        series_length: T, time steps per series (the longest, if they differ).
+        num_classes: K, distinct labels (2 or more).
+        num_features: F, values per step (1 for the UCR archive).
+
+    Returns:
+        {"batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
+        "patch_length", "patch_stride"}: `epochs` x `steps_per_epoch` >= U.
+
+    Raises:
+        ValueError: a size that is not a positive integer, or K < 2.
+    """
+    for name, value in (("num_train", num_train), ("series_length", series_length),
+                        ("num_classes", num_classes), ("num_features", num_features)):
+        _positive_int(name, value)
+    if num_classes < 2:
+        raise ValueError(f"`num_classes` must be at least 2; received num_classes={num_classes!r}.")
+    batch_size = series_batch_size(num_train)
+    updates = series_updates(num_train, batch_size)
+    patch_length, patch_stride = series_patches(series_length)
+    return {
+        "batch_size": batch_size,
+        "epochs": VALIDATIONS,
+        "steps_per_epoch": math.ceil(updates / VALIDATIONS),
+        "max_sequence_length": series_length,
+        "patch_length": patch_length,
+        "patch_stride": patch_stride,
+    }
