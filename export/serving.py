@@ -189,6 +189,23 @@ class TranslatorModule(tf.Module):
         return {"translations": self._detokenize(token_ids), "scores": scores}
 
 
+def class_names(model, label_names=None):
+    """One name per class of a classifier ("0", "1", ... by default; two for a
+    sigmoid output).
+
+    Raises:
+        ValueError: If `label_names` does not name every class.
+    """
+    count = max(int(model.num_classes), 2)
+    names = [str(n) for n in (label_names or range(count))]
+    if len(names) != count:
+        raise ValueError(
+            f"label_names must name {count} classes for num_classes="
+            f"{model.num_classes}; received {len(names)}: {names}."
+        )
+    return names
+
+
 class ClassifierModule(tf.Module):
     """Class probabilities and label names for strings, token ids, series or images.
 
@@ -219,13 +236,7 @@ class ClassifierModule(tf.Module):
 
     def __init__(self, model, tokenizer=None, label_names=None, name=None):
         super().__init__(name=name)
-        num_names = max(int(model.num_classes), 2)
-        label_names = [str(n) for n in (label_names or range(num_names))]
-        if len(label_names) != num_names:
-            raise ValueError(
-                f"label_names must name {num_names} classes for num_classes="
-                f"{model.num_classes}; received {len(label_names)}: {label_names}."
-            )
+        label_names = class_names(model, label_names)
         self.image_input = isinstance(model, VisionTransformer)
         self.token_input = not self.image_input and model.vocabulary_size is not None
         if self.token_input and tokenizer is None:

@@ -43,15 +43,10 @@ def test_metrics(task, config, model, data):
 
 
 def class_names(model, label_names):
-    """One name per class ("0", "1", ... by default; two for a sigmoid output)."""
-    count = max(int(model.num_classes), 2)
-    names = [str(n) for n in (label_names or range(count))]
-    if len(names) != count:
-        raise ValueError(
-            f"label_names must name {count} classes for num_classes="
-            f"{model.num_classes}; received {len(names)}: {names}."
-        )
-    return names
+    """`export.serving.class_names`: one name per class, as served."""
+    from export.serving import class_names  # On use: export imports the tasks.
+
+    return class_names(model, label_names)
 
 
 def outputs(model, inputs, label_names):
@@ -90,3 +85,4 @@ def tflite_model(model, quantize, sequence_length, batch_size):
     from export.tflite import classifier_tflite  # On use: export imports the tasks.
 
     return classifier_tflite(model, quantize, sequence_length, batch_size)
+
