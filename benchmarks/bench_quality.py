@@ -327,7 +327,12 @@ def main():
             rows = translation(args, work)
             payload["ratios_ours_over_peer_greedy_bleu"] = print_translation(rows)
             payload["runs"] = rows
-            name = "quality_translation"
+            # One file per direction and budgets, so that runs of other
+            # budgets do not overwrite each other: quality_translation_de-en_10.json
+            budgets = "_".join(f"{b:g}" for b in args.budgets)
+            name = f"quality_translation_{args.direction}_{budgets}"
+            if args.quick:
+                name = "quality_translation"
         common.write_json(name + ("_quick" if args.quick else ""), payload)
     finally:
         if temporary is not None:
