@@ -15,7 +15,7 @@
 # yesterday" -> "er hat gestern zwei und vierzig bücher gekauft": German puts
 # units before tens and moves the verb) with a tiny model and a few epochs.
 # `full` trains the `multi30k` preset on Multi30k German->English from
-# `../shared/data/multi30k` when present (hours on a CPU), else the README's
+# `../shared/data/multi30k` when present (a 60-minute budget on a CPU), else the README's
 # toy preset.
 
 # %%
@@ -62,7 +62,8 @@ plt.rcParams.update({"figure.dpi": 80})
 MULTI30K = DATA_DIR / "multi30k"
 USE_MULTI30K = SIZE == "full" and (MULTI30K / "train.de.gz").is_file()
 if USE_MULTI30K:
-    config = load_config("multi30k").replace(data_dir=str(DATA_DIR))
+    # The whole run (vocabulary, training, validation, test) fits in an hour.
+    config = load_config("multi30k").replace(data_dir=str(DATA_DIR), time_budget_minutes=60)
     train_pair = (MULTI30K / "train.de.gz", MULTI30K / "train.en.gz")
     test_pair = (
         MULTI30K / "test_2016_flickr.de.gz",
@@ -173,15 +174,17 @@ print({k: f"{v:.0%} padding" for k, v in padding.items()})
 # %%
 shown = ("model_preset", "model_overrides", "vocabulary_size", "tokens_per_batch", "epochs",
          "schedule", "learning_rate", "warmup_steps", "weight_decay",
-         "label_smoothing")  # fmt: skip
+         "label_smoothing", "time_budget_minutes")  # fmt: skip
 print({k: v for k, v in config.to_dict().items() if k in shown})
 hidden_dim = get_preset(config.model_preset, **config.model_overrides).hidden_dim
 
 # %% [markdown]
-# On Multi30k this is about an hour on two CPU cores. A run trained earlier
-# with the command line (`python3 -m training train --config multi30k
-# --run-dir runs/de-en`) can be opened instead: set `KT_TRANSLATION_RUN` to
-# its directory and the cell below reads its `metrics.json` rather than
+# On Multi30k the notebook gives the run an hour (`time_budget_minutes=60`:
+# the schedule is planned to end annealed inside it, test evaluation
+# included). A run trained earlier with the command line (`python3 -m
+# training train --config multi30k --run-dir runs/de-en --set
+# time_budget_minutes=60`) can be opened instead: set `KT_TRANSLATION_RUN`
+# to its directory and the cell below reads its `metrics.json` rather than
 # training again (the committed full-size outputs were made that way).
 
 # %%
@@ -233,7 +236,9 @@ axes[0].plot(steps + 1, np.asarray(paper(steps)))
 axes[0].set(title="the paper: base model, rsqrt decay", xlabel="update", ylabel="learning rate")
 steps = np.arange(plan["total_steps"])
 axes[1].plot(steps + 1, np.asarray(auto(steps)), label=f"this run: auto (d_model {hidden_dim})")
-axes[1].plot(epoch_ends, metrics["history"]["learning_rate"], "o", label="logged at epoch ends")
+revised = f", plan revised {plan['revisions']}x" if plan.get("revisions") else ""
+axes[1].plot(epoch_ends, metrics["history"]["learning_rate"], "o",
+             label=f"logged at epoch ends{revised}")  # fmt: skip
 axes[1].plot(steps + 1, np.asarray(TransformerSchedule(hidden_dim, 4000)(steps)), "--",
              label=f"the paper's schedule at d_model {hidden_dim}")  # fmt: skip
 axes[1].set(title="this run: warm-up, then linear decay to 0", xlabel="update")
@@ -346,8 +351,7 @@ attention_figure(cross, source_pieces, output_pieces, heads="all",
 
 # %%
 # Floors well above what an untrained or broken model scores (under 2 BLEU):
-# on Multi30k the preset gave 21 greedy and 28 with beam 4 (cased) on the
-# paper's schedule (README).
+# on Multi30k the preset reaches about 28 greedy in a ten-minute budget (README).
 floor = 15.0 if USE_MULTI30K else (30.0 if SIZE == "small" else 50.0)
 assert bleu["greedy"] >= floor and bleu["beam 4"] >= floor, (bleu, floor)
 # The notebook's greedy decoding and BLEU are the ones train() evaluated the test split with.
@@ -356,7 +360,13 @@ assert abs(
     bleu_lowercase_tokenized["greedy"] - metrics["test_bleu_greedy_lowercase_tokenized"]
 ) < 1e-6, (bleu_lowercase_tokenized, metrics)
 # The plotted schedule is the one the optimizer followed, and it ended annealed.
-assert np.allclose(auto(epoch_ends), metrics["history"]["learning_rate"], rtol=1e-5, atol=1e-9)
+# A budgeted run re-plans its last update after each epoch (plan.json
+# "revisions"), so only the epochs after the last revision lie on this line.
+logged = np.asarray(metrics["history"]["learning_rate"])
+if plan.get("revisions"):
+    assert np.isclose(auto(epoch_ends[-1]), logged[-1], rtol=1e-5, atol=1e-9), logged
+else:
+    assert np.allclose(auto(epoch_ends), logged, rtol=1e-5, atol=1e-9), logged
 assert plan["schedule"] == "auto" and float(auto(plan["total_steps"] - 1)) == 0.0
 assert list(run.tokenizer.vocabulary) == list(vocabulary)  # train() learned the same pieces
 assert history["loss"][-1] < 0.7 * history["loss"][0], history["loss"]
