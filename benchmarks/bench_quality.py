@@ -330,9 +330,8 @@ def main():
             # One file per direction and budgets, so that runs of other
             # budgets do not overwrite each other: quality_translation_de-en_10.json
             budgets = "_".join(f"{b:g}" for b in args.budgets)
-            name = f"quality_translation_{args.direction}_{budgets}"
-            if args.quick:
-                name = "quality_translation"
+            name = ("quality_translation" if args.quick
+                    else f"quality_translation_{args.direction}_{budgets}")
         common.write_json(name + ("_quick" if args.quick else ""), payload)
     finally:
         if temporary is not None:

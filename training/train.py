@@ -275,10 +275,7 @@ def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch
     if config.schedule != "auto" or len(timer.durations()) < 6:
         return False
     step = int(checkpoint.step)
-    saves = checkpoint.save_seconds
-    seconds_per_step = timer.seconds_per_step() + (
-        float(np.mean(saves)) / config.checkpoint_every_steps if saves else 0.0
-    )
+    seconds_per_step = _seconds_per_update(config, timer, _seconds_per_save(checkpoint))
     total = budget.plan_total_steps(
         deadline.deadline - time.time(), seconds_per_step, steps_per_epoch, step,
         plan["seconds_per_validation"], 0.0, max_steps,
@@ -291,6 +288,17 @@ def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch
     plan["revisions"] = plan.get("revisions", 0) + 1
     schedule.set_plan(plan["warmup_steps"], plan["total_steps"])
     return True
+
+
+def _seconds_per_save(checkpoint):
+    """Mean seconds of the checkpoint saves so far (0 before the first)."""
+    saves = checkpoint.save_seconds
+    return float(np.mean(saves)) if saves else 0.0
+
+
+def _seconds_per_update(config, timer, seconds_save):
+    """An update's planned cost: the timed pace plus a save every `checkpoint_every_steps`."""
+    return timer.seconds_per_step() + seconds_save / config.checkpoint_every_steps
 
 
 def _short_run(config, total_steps, steps_per_epoch):
@@ -337,8 +345,8 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
     step, timer = _timed_steps(model, train_stream, checkpoint, step, calibration)
     # Steps that saved a checkpoint are slow too: their cost is planned as
     # a save every `checkpoint_every_steps` updates, and one per epoch.
-    seconds_save = float(np.mean(checkpoint.save_seconds)) if checkpoint.save_seconds else 0.0
-    seconds_per_step = timer.seconds_per_step() + seconds_save / config.checkpoint_every_steps
+    seconds_save = _seconds_per_save(checkpoint)
+    seconds_per_step = _seconds_per_update(config, timer, seconds_save)
     # Shapes not met yet still compile later (XLA: one per bucket).
     compiled, seconds_per_compile = timer.compiles()
     shapes = task.training_shapes(config)
@@ -368,7 +376,7 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
         # Updates without dropout are faster (~15% on a CPU): time them
         # (the first one retraces the step), then plan again.
         step, timer = _timed_steps(model, train_stream, checkpoint, step, retime)
-        seconds_per_step = timer.seconds_per_step() + seconds_save / config.checkpoint_every_steps
+        seconds_per_step = _seconds_per_update(config, timer, seconds_save)
         total = plan_total()
     if config.schedule == "auto":
         plan["warmup_steps"] = min(config.warmup_steps or recipe.warmup_steps(total), total - 1)

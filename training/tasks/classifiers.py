@@ -85,4 +85,3 @@ def tflite_model(model, quantize, sequence_length, batch_size):
     from export.tflite import classifier_tflite  # On use: export imports the tasks.
 
     return classifier_tflite(model, quantize, sequence_length, batch_size)
-
