@@ -1,5 +1,9 @@
 """Functional Transformer models and their configuration."""
 
+from keras_transformer.models.classifier_ensemble import (
+    ClassifierEnsemble,
+    mean_probability_logits,
+)
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_classifier import TransformerClassifier
 from keras_transformer.models.transformer_config import (
@@ -16,6 +20,7 @@ from keras_transformer.models.transformer_config import (
 from keras_transformer.models.vision_transformer import VisionTransformer
 
 __all__ = [
+    "ClassifierEnsemble",
     "END_ID",
     "PAD_ID",
     "PAPER_PARAMETER_COUNTS",
@@ -28,4 +33,5 @@ __all__ = [
     "TransformerConfig",
     "VisionTransformer",
     "get_preset",
+    "mean_probability_logits",
 ]

@@ -1,0 +1,149 @@
+"""Several classifiers trained side by side, each on its own loss, answering with their mean."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.models.transformer_classifier import class_probabilities
+
+
+def mean_probability_logits(member_logits, num_classes):
+    """Logits `(B, K)` whose class probabilities are the members' mean.
+
+    Args:
+        member_logits: `(B, k, K)`, the logits of k classifiers.
+        num_classes: K; 1 is a single sigmoid logit, 2 or more softmax logits.
+
+    Returns:
+        float32 `(B, K)`: log(mean_i softmax(l_i)), whose softmax is that
+        mean; for K = 1, the logit of the mean sigmoid,
+        log(mean_i sigmoid(l_i)) - log(mean_i sigmoid(-l_i)).  Both are
+        computed in log space, so confident members do not overflow.
+    """
+    logits = ops.cast(member_logits, "float32")
+    if num_classes == 1:
+        return (ops.logsumexp(ops.log_sigmoid(logits), axis=1)
+                - ops.logsumexp(ops.log_sigmoid(-logits), axis=1))
+    members = logits.shape[1]
+    return ops.logsumexp(ops.log_softmax(logits, axis=-1), axis=1) - math.log(members)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ClassifierEnsemble(keras.Model):
+    """k classifiers of one input and one set of classes, averaged: a deep ensemble.
+
+    Members are trained independently, as in deep ensembles
+    (Lakshminarayanan et al., 2017) and InceptionTime (Ismail Fawaz et al.,
+    2020, whose UCR accuracies are those of five networks): they start from
+    their own random weights and each is trained on its own loss, in one
+    model so that one `fit`, one checkpoint and one export hold them all.
+
+    - Training (`training=True`): the call returns the members' logits
+      `(B, k, K)`; `compute_loss` is the mean of the compiled loss of each
+      member, so that member i's gradients are the ones it would get alone,
+      divided by k (Adam's steps do not change with that scale).  Training
+      the mean prediction instead couples the members and loses most of the
+      gain of an ensemble.  Training metrics see the ensemble's answer.
+    - Inference: the call returns logits `(B, K)` of the members' mean
+      probabilities (`mean_probability_logits`), so `probabilities`, the
+      evaluation loss and accuracy, the exporters and the verifiers see one
+      classifier with the members' interface.
+
+    Args:
+        members: Two or more classifiers (`TransformerClassifier`), distinct
+            objects with the same `num_classes`, input (`vocabulary_size` or
+            `num_features`) and `max_sequence_length`.  Their other sizes may
+            differ.
+
+    Example:
+    >>> members = [keras_transformer.models.TransformerClassifier(
+    ...     num_classes=3, num_features=1, num_layers=1, hidden_dim=16,
+    ...     num_heads=2, intermediate_dim=32) for _ in range(2)]
+    >>> model = keras_transformer.models.ClassifierEnsemble(members)
+    >>> model(keras.ops.zeros((4, 8, 1))).shape
+    (4, 3)
+    """
+
+    def __init__(self, members, **kwargs):
+        members = list(members) if isinstance(members, (list, tuple)) else members
+        if not isinstance(members, list) or len(members) < 2:
+            raise ValueError(
+                f"`members` must be a list of two or more classifiers; received members={members!r}."
+            )
+        if len({id(m) for m in members}) != len(members):
+            raise ValueError(
+                "`members` must be distinct models (the same object twice would train "
+                "once, under two names); received the same member more than once."
+            )
+        shared = ("num_classes", "vocabulary_size", "num_features", "max_sequence_length")
+        for member in members:
+            for name in shared:
+                if not hasattr(member, name):
+                    raise ValueError(
+                        f"`members` must be classifiers with `{name}` (e.g. "
+                        f"TransformerClassifier); received {member!r}."
+                    )
+                if getattr(member, name) != getattr(members[0], name):
+                    raise ValueError(
+                        f"`members` must share `{name}`; received {name}="
+                        f"{getattr(members[0], name)!r} and {getattr(member, name)!r}."
+                    )
+        super().__init__(**kwargs)
+        self.members = members
+        self.num_classes = members[0].num_classes
+        self.vocabulary_size = members[0].vocabulary_size
+        self.num_features = members[0].num_features
+        self.max_sequence_length = members[0].max_sequence_length
+        # No weights of its own, and the members (functional models) are
+        # built when made: saving and loading need no first call.
+        self.built = True
+
+    @property
+    def input_name(self):
+        return self.members[0].input_name
+
+    @property
+    def size(self):
+        """k, the number of members."""
+        return len(self.members)
+
+    def call(self, inputs, training=None):
+        logits = ops.stack([m(inputs, training=training) for m in self.members], axis=1)
+        if training:
+            return logits  # (B, k, K): compute_loss trains each member on its own loss
+        return mean_probability_logits(logits, self.num_classes)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        # Explicit super(): AutoGraph cannot resolve the zero-argument form,
+        # and a comprehension would not see it either.
+        parent = super(ClassifierEnsemble, self)  # noqa: UP008
+        if y_pred is None or len(y_pred.shape) != 3:
+            return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+        losses = [parent.compute_loss(x, y, y_pred[:, i], sample_weight, training=training)
+                  for i in range(self.size)]
+        return ops.mean(ops.stack(losses))
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if len(y_pred.shape) == 3:
+            y_pred = mean_probability_logits(y_pred, self.num_classes)
+        return super(ClassifierEnsemble, self).compute_metrics(  # noqa: UP008 (AutoGraph)
+            x, y, y_pred, sample_weight=sample_weight
+        )
+
+    def probabilities(self, logits):
+        """Class probabilities of the inference logits: the members' mean."""
+        return class_probabilities(logits, self.num_classes)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "members": [keras.saving.serialize_keras_object(m) for m in self.members],
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["members"] = [keras.saving.deserialize_keras_object(m) for m in config["members"]]
+        return cls(**config)
