@@ -257,6 +257,19 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
 
 
 @pytest.mark.slow
+def test_no_training_starts_once_the_budget_is_spent(tmp_path):
+    """A command whose clock is already past its budget makes the planning
+    updates and goes straight to the final evaluation: no further `fit`
+    (which would make one update, stop, and still validate)."""
+    config = load_config("tiny", FAST + ["epochs=1000", "time_budget_minutes=1"])
+    metrics = train(config, tmp_path / "run", verbose=0, started_at=time.time() - 3600)
+    assert metrics["stopped_by_deadline"]
+    assert metrics["history"] == {}, metrics["history"]  # no epoch was trained
+    assert 0 < metrics["steps"] < metrics["plan"]["total_steps"]
+    assert "test_bleu_greedy" in metrics
+
+
+@pytest.mark.slow
 def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path):
     """The whole run fits its budget, the plan's last update has rate 0, and
     the validation score recorded per epoch rises."""

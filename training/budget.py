@@ -111,9 +111,14 @@ class Deadline(keras.callbacks.Callback):
         self.deadline = deadline
         self.hit = False
 
-    def on_train_batch_end(self, batch, logs=None):
+    def passed(self):
+        """Whether the clock is past the deadline (which then counts as hit)."""
         if time.time() > self.deadline:
             self.hit = True
+        return self.hit
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.passed():
             self.model.stop_training = True
 
 

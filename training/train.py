@@ -196,7 +196,10 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 epochs = initial_epoch + 1
             if selection.plateaued(selection.read_scores(run_dir), config.early_stopping_patience):
                 break
-            if deadline is not None and deadline.hit:
+            if deadline is not None and deadline.passed():
+                # Not one more `fit` once the time is up: it would start,
+                # make one update, stop, and still validate (a 30-minute
+                # run ended 49 s late that way).
                 break
             h = model.fit(
                 train_stream.skip(checkpoint.step), validation_data=valid,
