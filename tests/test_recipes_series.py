@@ -7,9 +7,14 @@ import numpy as np
 import pytest
 
 from keras_transformer.layers import SeriesPatches
+from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.config import TrainingConfig, load_config
 from training.data import TaskData
-from training.recipes_series import series_batch_size, series_recipe
+from training.recipes_series import (
+    series_batch_size,
+    series_ensemble_size,
+    series_recipe,
+)
 from training.tasks import get_task
 
 # (N, T, K) of the three UCR files the rules were worked out on, and others.
@@ -87,6 +92,22 @@ def test_the_preset_takes_its_sizes_from_the_data_and_given_fields_win():
     assert (given.batch_size, given.epochs, given.steps_per_epoch) == (4, 3, None)
     assert (given.patch_length, given.patch_stride, given.max_sequence_length) == (6, 3, 100)
     assert load_config("series_classification", ['train_files=["x.txt"]']).dataset == "files"
+
+
+def test_files_of_at_most_64_series_train_an_ensemble_of_five():
+    assert [series_ensemble_size(n) for n in (1, 36, 64, 65, 200, 10**6)] == [5, 5, 5, 1, 1, 1]
+    task = get_task("timeseries")
+    resolved = task.resolve_config(load_config("timeseries"), _data())  # 36 series
+    assert resolved.ensemble_size == 5
+    model = task.build_model(resolved, _data())
+    assert isinstance(model, ClassifierEnsemble) and model.size == 5
+    task.check_model(model)
+    one = task.resolve_config(load_config("timeseries", ["ensemble_size=1"]), _data())
+    assert isinstance(task.build_model(one, _data()), TransformerClassifier)
+    with pytest.raises(ValueError, match="received ensemble_size=0"):
+        load_config("timeseries", ["ensemble_size=0"])
+    with pytest.raises(ValueError, match="`ensemble_size` does not apply"):
+        TrainingConfig(ensemble_size=3).validate()  # translation
 
 
 def test_null_sizes_are_refused_where_the_task_does_not_fill_them():

@@ -5,7 +5,9 @@ and evaluate -> predict from the run -> export (SavedModel, TFLite) ->
 verify both -> predict from the SavedModel: the same lines as from the run.
 Translation and series plan with a time budget (timed updates and one
 validation, `Task.time_evaluation`, then plan.json, which the resumed run
-reuses); text classification trains for its epochs.
+reuses); text classification trains for its epochs.  The series run is a
+two-member `ClassifierEnsemble` (`ensemble_size=2`), the text run one
+`TransformerClassifier`: both kinds of classifier keep the contract.
 One test over `training.tasks.TASKS`: a new trained task is checked by
 adding its tiny config below.
 """
@@ -65,7 +67,8 @@ def _setup(name, directory):
         train_path, test_path = _write_series(directory)
         overrides = ["task=timeseries", "dataset=ucr", f'train_files=["{train_path}"]',
                      f'test_files=["{test_path}"]', "patch_length=4", "batch_size=8",
-                     "max_sequence_length=16", "label_smoothing=0.0", "time_budget_minutes=30"]
+                     "max_sequence_length=16", "label_smoothing=0.0", "time_budget_minutes=30",
+                     "ensemble_size=2"]  # a ClassifierEnsemble through the whole contract
         rng = np.random.default_rng(0)
         # Two lengths: only series of one length share a batch.
         inputs = [" ".join(f"{v:.3f}" for v in rng.standard_normal(n)) for n in (16, 12, 16)]

@@ -68,11 +68,15 @@ def test_recipe_defaults_name_config_fields(name):
 
 def test_task_only_fields_are_refused_where_unused():
     assert set(TASK_FIELDS) == {"patch_length", "patch_stride", "standardize_series",
-                                "mixup_alpha"}
-    given = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4)
+                                "mixup_alpha", "ensemble_size"}
+    given = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4,
+                 ensemble_size=3)
     TrainingConfig(task="timeseries", dataset="ucr", **given).validate()
+    TrainingConfig(task="classification", dataset="sst2", ensemble_size=3).validate()
     for name, dataset in (("translation", "toy"), ("classification", "sst2")):
         for field, value in given.items():
+            if name == "classification" and field == "ensemble_size":
+                continue  # text classifiers take ensembles too
             with pytest.raises(ValueError, match=f"{field}={value!r} with task='{name}'"):
                 TrainingConfig(task=name, dataset=dataset, **{field: value}).validate()
 

@@ -21,7 +21,7 @@ SELECTIONS = ("auto", "last", "average_last", "average_best")
 # Sizes a task may derive from its data when the config leaves them null
 # (steps_per_epoch and patch_stride are null by default: one pass, no overlap).
 DATA_FIELDS = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
-               "patch_length", "patch_stride")
+               "patch_length", "patch_stride", "ensemble_size")
 DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
 # The allowed values of every enumerated field (validate() and --help).
 CHOICES = {
@@ -140,6 +140,11 @@ class TrainingConfig:
     standardize_series: bool = False
     # Time series: mixup's Beta(alpha, alpha) on every training batch (0: none).
     mixup_alpha: float = 0.0
+    # Classification: k > 1 trains k independently initialised classifiers
+    # side by side, each on its own loss, and answers with their mean
+    # probabilities (keras_transformer.models.ClassifierEnsemble); k times
+    # the compute of one. 1: one classifier.
+    ensemble_size: int | None = 1
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -168,7 +173,7 @@ class TrainingConfig:
         from_data = []  # null sizes: only a task that fills them from its data takes them
         for name in ("vocabulary_size", "max_sequence_length", "tokens_per_batch",
                      "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps",
-                     "patch_length"):
+                     "patch_length", "ensemble_size"):
             value = getattr(self, name)
             if value is None and name in DATA_FIELDS:
                 from_data.append(name)

@@ -32,7 +32,7 @@ from training.tokenizers import WordPieceTokenizer
 
 #: TrainingConfig fields that only some tasks use, with their unset value.
 TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
-               "mixup_alpha": 0.0}
+               "mixup_alpha": 0.0, "ensemble_size": 1}
 
 
 class Task:
@@ -50,7 +50,7 @@ class Task:
     #: False for tasks that are exported but never trained by `train`.
     trainable = True
     #: The Keras model class `build_model` returns; export refuses others.
-    model_class = None
+    model_class = None  # a class, or a tuple of the classes the task builds
     #: The `TASK_FIELDS` this task reads.
     fields = ()
     #: The `config.DATA_FIELDS` this task fills from its data where the config says None.
@@ -143,10 +143,11 @@ class Task:
 
     def check_model(self, model):
         """Raises ValueError unless `model` is this task's `model_class`."""
-        if not isinstance(model, self.model_class):
+        classes = self.model_class if isinstance(self.model_class, tuple) else (self.model_class,)
+        if not isinstance(model, classes):
+            names = " or ".join(c.__name__ for c in classes)
             raise ValueError(
-                f"task={self.name!r} needs a {self.model_class.__name__}; "
-                f"received model={type(model).__name__}."
+                f"task={self.name!r} needs a {names}; received model={type(model).__name__}."
             )
 
     # --- selection and evaluation -------------------------------------------

@@ -8,19 +8,34 @@ bytes}`, K being `num_classes` (1 for a single sigmoid output).
 import keras
 import numpy as np
 
-from keras_transformer.models import TransformerClassifier
+from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.tasks.common import preset_config, with_cardinality
+
+#: The models `build_classifier` returns (`Task.model_class`).
+MODEL_CLASSES = (TransformerClassifier, ClassifierEnsemble)
 
 
 def build_classifier(config, data, **inputs):
-    """A `TransformerClassifier` of the configured preset; `inputs` pick token or series input."""
+    """A `TransformerClassifier` of the configured preset; `inputs` pick token or series input.
+
+    With `config.ensemble_size` k > 1, a `ClassifierEnsemble` of k of them,
+    each from its own draw of the (seeded) initialisers.
+    """
     m = preset_config(config)
-    return TransformerClassifier(
-        num_classes=config.num_classes or len(data.label_names), num_layers=m.num_layers,
-        hidden_dim=m.hidden_dim, num_heads=m.num_heads, intermediate_dim=m.intermediate_dim,
-        dropout=m.dropout, max_sequence_length=m.max_sequence_length, positions=m.positions,
-        normalize_first=m.normalize_first, **inputs,
-    )  # fmt: skip
+
+    def member(**name):
+        return TransformerClassifier(
+            num_classes=config.num_classes or len(data.label_names), num_layers=m.num_layers,
+            hidden_dim=m.hidden_dim, num_heads=m.num_heads,
+            intermediate_dim=m.intermediate_dim, dropout=m.dropout,
+            max_sequence_length=m.max_sequence_length, positions=m.positions,
+            normalize_first=m.normalize_first, **inputs, **name,
+        )  # fmt: skip
+
+    size = config.ensemble_size or 1
+    if size == 1:
+        return member()
+    return ClassifierEnsemble([member(name=f"member_{i}") for i in range(size)])
 
 
 def loss_and_metrics():

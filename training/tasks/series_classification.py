@@ -8,7 +8,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.models import TransformerClassifier
 from training import pipeline, recipes_series, synthetic_series, text_files
 from training.data import TaskData, require_file
 from training.series_augmentation import augment_series
@@ -37,10 +36,11 @@ class SeriesClassification(Task):
 
     name = "timeseries"
     datasets = ("ucr", "files")
-    model_class = TransformerClassifier
-    fields = ("patch_length", "patch_stride", "standardize_series", "mixup_alpha")
+    model_class = classifiers.MODEL_CLASSES
+    fields = ("patch_length", "patch_stride", "standardize_series", "mixup_alpha",
+              "ensemble_size")
     data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
-                   "patch_length", "patch_stride")
+                   "patch_length", "patch_stride", "ensemble_size")
     #: Series are not masked: only series of one length share a batch.
     same_key_batches = True
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 
-from keras_transformer.models import TransformerClassifier
 from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 from training import pipeline, text_files
 from training.data import TaskData, require_file, resolve_data_dir
@@ -27,7 +26,8 @@ class TextClassification(Task):
 
     name = "classification"
     datasets = ("sst2", "trec", "files")
-    model_class = TransformerClassifier
+    model_class = classifiers.MODEL_CLASSES
+    fields = ("ensemble_size",)
 
     def recipe_defaults(self):
         return {"weight_decay": 0.01}  # small data: more decay than translation's
