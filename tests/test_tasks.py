@@ -23,6 +23,7 @@ from training.config import TrainingConfig
 from training.predict import answer_in_batches, read_inputs
 from training.tasks import TASKS, Task, get_task
 from training.tasks.base import TASK_FIELDS
+from training.tasks.translation import held_out_pairs
 
 # The hooks a trained task must fill in, and those every exported task must.
 TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
@@ -79,6 +80,34 @@ def test_task_only_fields_are_refused_where_unused():
                 continue  # text classifiers take ensembles too
             with pytest.raises(ValueError, match=f"{field}={value!r} with task='{name}'"):
                 TrainingConfig(task=name, dataset=dataset, **{field: value}).validate()
+
+
+def _parallel_files(directory, count):
+    paths = [directory / "train.src", directory / "train.tgt"]
+    for path, prefix in zip(paths, "st", strict=True):
+        path.write_text("".join(f"{prefix}{i}\n" for i in range(count)), encoding="utf-8")
+    return paths
+
+
+def test_translation_files_without_valid_files_hold_out_one_pair_in_50(tmp_path):
+    task = get_task("translation")
+    src, tgt = _parallel_files(tmp_path, 200)
+    config = TrainingConfig(dataset="files", train_files=(str(src), str(tgt)))
+    data = task.load_data(config, tmp_path)
+    assert data.valid == (["s0", "s50", "s100", "s150"], ["t0", "t50", "t100", "t150"])
+    assert data.test == data.valid  # no test_files either
+    assert len(data.train[0]) == 196 and not set(data.train[0]) & set(data.valid[0])
+    assert all(s[1:] == t[1:] for s, t in zip(*data.train, strict=True))  # still aligned
+    # Given valid files are used as they are, and the training pairs all train.
+    given = task.load_data(config.replace(valid_files=(str(src), str(tgt))), tmp_path)
+    assert len(given.train[0]) == len(given.valid[0]) == 200
+    # A corpus too small to spare pairs validates on its training pairs.
+    small = _parallel_files(tmp_path, 99)
+    tiny = task.load_data(config.replace(train_files=tuple(map(str, small))), tmp_path)
+    assert tiny.train == tiny.valid and len(tiny.valid[0]) == 99
+    # At most 1000 pairs validate.
+    train, valid = held_out_pairs(([str(i) for i in range(100_000)],) * 2)
+    assert len(valid[0]) == 1000 and len(train[0]) + len(valid[0]) == 100_000
 
 
 @pytest.mark.parametrize(

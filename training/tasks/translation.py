@@ -1,5 +1,6 @@
 """Translation: parallel sentences -> a seq2seq `Transformer`, scored by BLEU."""
 
+import math
 import os
 import time
 
@@ -25,13 +26,42 @@ from training.tasks.common import (
     token_ids,
 )
 
+#: Without `valid_files`, one training pair in HOLD_OUT_EVERY validates (and
+#: tests, without `test_files`), at most HOLD_OUT_MAX pairs; a corpus of fewer
+#: than HOLD_OUT_MIN_PAIRS pairs validates on its training pairs.
+HOLD_OUT_EVERY, HOLD_OUT_MAX, HOLD_OUT_MIN_PAIRS = 50, 1000, 100
+
+
+def held_out_pairs(pairs):
+    """(train, valid) of line-aligned `(sources, targets)`: every 50th pair held out.
+
+    Validation on pairs the model trains on measures memorisation, so model
+    selection and early stopping cannot use it.  Every `HOLD_OUT_EVERY`-th
+    pair from the first (more apart once that exceeds `HOLD_OUT_MAX` pairs)
+    validates instead and no longer trains.  Below `HOLD_OUT_MIN_PAIRS`
+    pairs nothing is held out: both splits are the training pairs.
+    """
+    sources, targets = (list(side) for side in pairs)
+    count = len(sources)
+    if count < HOLD_OUT_MIN_PAIRS:
+        return (sources, targets), (list(sources), list(targets))
+    every = max(HOLD_OUT_EVERY, math.ceil(count / HOLD_OUT_MAX))
+
+    def part(held):
+        return tuple([x for i, x in enumerate(side) if (i % every == 0) == held]
+                     for side in (sources, targets))
+
+    return part(False), part(True)
+
 
 class Translation(Task):
     """Source sentence -> target sentence, one shared word-piece vocabulary.
 
     Data: `dataset="toy"` (generated number words), `"multi30k"`
     (`source_language` -> `target_language`) or `"files"` (`train_files`
-    etc. as (source, target) pairs of line-aligned files).  Selection:
+    etc. as (source, target) pairs of line-aligned files; without
+    `valid_files`, `held_out_pairs` validates on one training pair in 50).
+    Selection:
     greedy BLEU of `eval_sentences` validation sentences, or minus the
     validation loss when that is 0.  Test: cased sacreBLEU (and lowercased
     tokenized BLEU) of greedy and, with `beam_size > 1`, beam search.
@@ -65,18 +95,25 @@ class Translation(Task):
                 for name in ("train", "val", "test_2016_flickr")
             ]
         elif config.dataset == "files":
-            splits = [config.train_files, config.valid_files or config.train_files,
-                      config.test_files or config.valid_files or config.train_files]
+            splits = [config.train_files, config.valid_files or None,
+                      config.test_files or config.valid_files or None]
         else:
             raise ValueError(
                 f"dataset={config.dataset!r} is not a translation dataset; use toy, multi30k or files."
             )
         read = []
         for name, pair in zip(("train", "valid", "test"), splits, strict=True):
+            if pair is None:
+                read.append(None)
+                continue
             if len(pair) != 2:
                 raise ValueError(f"{name}_files must be (source, target); received {pair!r}.")
             source, target = (require_file(p, f"{name} file") for p in pair)
             read.append(text_files.read_parallel(source, target, encoding=config.encoding))
+        if read[1] is None:  # files without valid_files
+            read[0], read[1] = held_out_pairs(read[0])
+        if read[2] is None:
+            read[2] = read[1]
         return TaskData(*read)
 
     def prepare(self, config, data, run_dir, write=True):
