@@ -101,6 +101,7 @@ def test_translation_files_without_valid_files_hold_out_one_pair_in_50(tmp_path)
     # Given valid files are used as they are, and the training pairs all train.
     given = task.load_data(config.replace(valid_files=(str(src), str(tgt))), tmp_path)
     assert len(given.train[0]) == len(given.valid[0]) == 200
+    assert given.test == given.valid  # read once, tested on without test_files
     # A corpus too small to spare pairs validates on its training pairs.
     small = _parallel_files(tmp_path, 99)
     tiny = task.load_data(config.replace(train_files=tuple(map(str, small))), tmp_path)

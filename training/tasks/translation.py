@@ -96,7 +96,7 @@ class Translation(Task):
             ]
         elif config.dataset == "files":
             splits = [config.train_files, config.valid_files or None,
-                      config.test_files or config.valid_files or None]
+                      config.test_files or None]
         else:
             raise ValueError(
                 f"dataset={config.dataset!r} is not a translation dataset; use toy, multi30k or files."
@@ -112,7 +112,7 @@ class Translation(Task):
             read.append(text_files.read_parallel(source, target, encoding=config.encoding))
         if read[1] is None:  # files without valid_files
             read[0], read[1] = held_out_pairs(read[0])
-        if read[2] is None:
+        if read[2] is None:  # without test_files, the validation pairs test
             read[2] = read[1]
         return TaskData(*read)
 
