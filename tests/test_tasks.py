@@ -23,7 +23,7 @@ from training.config import TrainingConfig
 from training.predict import answer_in_batches, read_inputs
 from training.tasks import TASKS, Task, get_task
 from training.tasks.base import TASK_FIELDS
-from training.tasks.translation import held_out_pairs
+from training.tasks.translation import final_length_share, held_out_pairs
 
 # The hooks a trained task must fill in, and those every exported task must.
 TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
@@ -109,6 +109,23 @@ def test_translation_files_without_valid_files_hold_out_one_pair_in_50(tmp_path)
     # At most 1000 pairs validate.
     train, valid = held_out_pairs(([str(i) for i in range(100_000)],) * 2)
     assert len(valid[0]) == 1000 and len(train[0]) + len(valid[0]) == 100_000
+
+
+def test_final_decoding_share_is_reference_pieces_over_hypothesis_pieces():
+    """A budgeted run keeps time for decoding the test set with the model it
+    will end with: one that writes twice the references' pieces is planned
+    at half today's decoding time, never below the floor, never above 1."""
+    from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+
+    references = ["a dog runs on the grass", "two men play football", "a girl sings"]
+    tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(references * 5, 60))
+    assert final_length_share(tokenizer, references, references) == 1.0
+    twice = [f"{r} {r}" for r in references]
+    assert final_length_share(tokenizer, twice, references, floor=0.1) == pytest.approx(0.5)
+    assert final_length_share(tokenizer, [" ".join([r] * 4) for r in references],
+                              references, floor=0.5) == 0.5
+    assert final_length_share(tokenizer, ["a", "men", "sings"], references) == 1.0
+    assert final_length_share(tokenizer, ["", "", ""], references) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,9 @@ from keras_transformer.decoding import beam_search, greedy_search
 from training.detokenize import detokenize_punctuation
 from training.moses_tokenize import moses_tokenize
 
+#: Sentences per decoding call.
+DECODE_BATCH = 64
+
 
 class Translator:
     """Batched strings -> strings with cached greedy or beam search.
@@ -47,7 +50,7 @@ class Translator:
         ids = ids[:, : self.max_sequence_length]
         return ids.to_tensor(0)
 
-    def __call__(self, sentences, batch_size=64):
+    def __call__(self, sentences, batch_size=DECODE_BATCH):
         sentences = list(sentences)
         order = np.argsort([len(s) for s in sentences], kind="stable")
         outputs = [None] * len(sentences)
