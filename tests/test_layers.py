@@ -15,8 +15,10 @@ from keras import ops
 
 from keras_transformer.layers import (
     FeedForward,
+    MaskedMaxPooling,
     MaskedMeanPooling,
     MultiHeadAttention,
+    NGramConvolution,
     PositionEmbedding,
     SinusoidalPositionEncoding,
     TokenAndPositionEmbedding,
@@ -293,6 +295,60 @@ def test_masked_mean_pooling(tmp_path, rng):
         model(TOKENS)[1], embedded[1, :2].mean(axis=0), atol=1e-6
     )
     assert getattr(model(TOKENS), "_keras_mask", None) is None
+
+
+def test_masked_max_pooling(tmp_path, rng):
+    """Max over real positions (== GlobalMaxPooling1D without padding); padding
+    never wins, even where every real value is negative; an empty row is 0."""
+    x = _float(rng, 3, T, D) - 10.0  # all negative: a padded 0 would win
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], bool)
+    layer, out = run_layer_test(MaskedMaxPooling, {}, x, tmp_path)
+    np.testing.assert_allclose(out, x.max(axis=1), atol=1e-6)
+    got = ops.convert_to_numpy(layer(x, mask=mask))
+    np.testing.assert_allclose(got[0], x[0].max(axis=0), atol=1e-6)
+    np.testing.assert_allclose(got[1], x[1, :2].max(axis=0), atol=1e-6)
+    np.testing.assert_array_equal(got[2], np.zeros(D, "float32"))
+
+
+def test_ngram_convolution_is_a_residual_of_same_padded_convolutions(tmp_path, rng):
+    """LayerNorm(x + Dense(concat_k ReLU(Conv_k(x)))), each Conv_k a "same"
+    convolution: checked against an explicit sum over each window."""
+    x = _float(rng, B, T, D)
+    layer, out = run_layer_test(NGramConvolution, {"widths": (2, 3), "filters": 4}, x, tmp_path)
+    features = []
+    for conv in layer.convolutions:
+        kernel, bias = (ops.convert_to_numpy(w) for w in conv.weights)  # (k, D, F), (F,)
+        k = kernel.shape[0]
+        padded = np.pad(x, ((0, 0), ((k - 1) // 2, k // 2), (0, 0)))
+        windows = np.stack([padded[:, t:t + k] for t in range(T)], axis=1)  # (B, T, k, D)
+        features.append(np.maximum(np.einsum("btkd,kdf->btf", windows, kernel) + bias, 0))
+    w, b = (ops.convert_to_numpy(v) for v in layer.projection.weights)
+    y = x + np.concatenate(features, axis=-1) @ w + b
+    gamma, beta = (ops.convert_to_numpy(v) for v in layer.norm.weights)
+    mean, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
+    expected = (y - mean) / np.sqrt(var + layer.layer_norm_epsilon) * gamma + beta
+    np.testing.assert_allclose(out, expected, atol=1e-4)
+
+
+def test_ngram_convolution_sees_only_its_window_and_no_padding(rng):
+    """A token's output moves with tokens inside its widest window and not with
+    those outside it; a padded position's value never reaches a real one."""
+    layer = NGramConvolution((3,))  # position t sees t-1, t, t+1
+    x = _float(rng, 1, 7, D)
+    base = ops.convert_to_numpy(layer(x))
+    moved = x.copy()
+    moved[0, 6] += 5.0  # far from position 2
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(moved))[0, :5], base[0, :5], atol=1e-6)
+    assert not np.allclose(ops.convert_to_numpy(layer(moved))[0, 5], base[0, 5])
+    mask = np.array([[1, 1, 1, 1, 0, 0, 0]], bool)
+    garbage = x.copy()
+    garbage[0, 4:] = 100.0
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(garbage, mask=mask))[0, :4],
+        ops.convert_to_numpy(layer(x, mask=mask))[0, :4], atol=1e-6,
+    )
+    with pytest.raises(ValueError, match=r"widths=\(\)"):
+        NGramConvolution(())
 
 
 # Pre-LN runs with `return_attention_scores=True`: the functional call must

@@ -45,10 +45,15 @@ def _build(kind):
         }
     if kind == "classifier_tokens":
         return TransformerClassifier(vocabulary_size=20, **CLASSIFIER), SOURCE
+    if kind == "classifier_ngrams":
+        return TransformerClassifier(
+            vocabulary_size=20, ngram_widths=(2, 3), pooling="max", **CLASSIFIER
+        ), SOURCE
     return TransformerClassifier(num_features=3, **CLASSIFIER), FEATURES
 
 
-KINDS = ["transformer", "classifier_tokens", "classifier_features"]
+KINDS = ["transformer", "classifier_tokens", "classifier_ngrams", "classifier_features"]
+TOKEN_CLASSIFIERS = pytest.mark.parametrize("kind", ["classifier_tokens", "classifier_ngrams"])
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +84,21 @@ def test_keras_file_round_trip(kind, built, tmp_path):
     assert out.dtype == "float32" and getattr(out, "_keras_mask", None) is None
 
 
-def test_classifier_ignores_padding(built):
-    """Mean pooling over real tokens only: extra padding leaves the logits unchanged."""
-    model, _ = built["classifier_tokens"]
+@TOKEN_CLASSIFIERS
+def test_classifier_ignores_padding(kind, built):
+    """Pooling (mean, or max after n-gram convolutions) over real tokens only:
+    extra padding leaves the logits unchanged."""
+    model, _ = built[kind]
     np.testing.assert_allclose(
         model(np.pad(SOURCE, ((0, 0), (0, 3)))), model(SOURCE), atol=1e-5
     )
 
 
-def test_classifier_empty_sentence_is_finite_and_leaves_others_alone(built):
+@TOKEN_CLASSIFIERS
+def test_classifier_empty_sentence_is_finite_and_leaves_others_alone(kind, built):
     """An all-padding row (an empty string after tokenisation) pools to zeros:
     finite logits, and the other rows of the batch are unchanged."""
-    model, _ = built["classifier_tokens"]
+    model, _ = built[kind]
     with_empty = np.concatenate([SOURCE, np.zeros((1, SOURCE.shape[1]), "int32")])
     logits = ops.convert_to_numpy(model(with_empty))
     assert np.all(np.isfinite(logits)), logits
@@ -139,6 +147,24 @@ def test_unknown_preset_names_it():
             ),
             r"dropout=1\.5",
         ),
+        (
+            lambda: TransformerClassifier(
+                vocabulary_size=20, pooling="sum", **CLASSIFIER
+            ),
+            r"pooling='sum'",
+        ),
+        (
+            lambda: TransformerClassifier(
+                vocabulary_size=20, ngram_widths=(3, 0), **CLASSIFIER
+            ),
+            r"widths=0",
+        ),
+        (
+            lambda: TransformerClassifier(
+                vocabulary_size=20, **{**CLASSIFIER, "num_layers": -1}
+            ),
+            r"num_layers=-1",
+        ),
         (lambda: MultiHeadAttention(num_heads=0), r"num_heads=0"),
         (lambda: MultiHeadAttention(num_heads=2, scorer="cosine"), r"scorer='cosine'"),
         (lambda: FeedForward(intermediate_dim=-4), r"intermediate_dim=-4"),
@@ -157,6 +183,9 @@ def test_unknown_preset_names_it():
         "dropout",
         "cls_indivisible",
         "cls_dropout",
+        "cls_pooling",
+        "cls_ngram_width",
+        "cls_negative_layers",
         "zero_heads",
         "scorer",
         "negative_ffn",
@@ -258,3 +287,18 @@ def test_classifier_learns_a_separable_toy_task():
     assert history["loss"][-1] < 0.5 * history["loss"][0], history["loss"]
     predicted = np.argmax(ops.convert_to_numpy(model(tokens)), axis=-1)
     assert np.mean(predicted == labels) == 1.0
+
+
+def test_classifier_without_encoder_layers_pools_the_ngram_features():
+    """`num_layers=0`: no encoder block; the logits are the head on the max of the
+    n-gram sub-layer's output over real tokens."""
+    keras.utils.set_random_seed(3)
+    model = TransformerClassifier(
+        vocabulary_size=20, ngram_widths=(3,), pooling="max", **{**CLASSIFIER, "num_layers": 0}
+    )
+    assert not model.encoder_blocks
+    mask = SOURCE != 0
+    features = model.ngram_convolution(model.embedding(SOURCE), mask=mask)
+    pooled = np.where(mask[..., None], ops.convert_to_numpy(features), -np.inf).max(axis=1)
+    expected = model.head_output(model.head_hidden(pooled))
+    np.testing.assert_allclose(model(SOURCE), expected, atol=1e-5)

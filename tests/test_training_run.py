@@ -144,6 +144,12 @@ def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
         (["epochs=0"], ValueError, "epochs=0"),
         (["task=regression"], ValueError, "regression"),
         (["precision=float8"], ValueError, "float8"),
+        (["ngram_widths=[3,4]"], ValueError, r"`ngram_widths` does not apply"),  # translation
+        (["task=classification", "dataset=sst2", "ngram_widths=[3,0]"], ValueError,
+         r"ngram_widths=\(3, 0\)"),
+        (["task=classification", "dataset=sst2", "ngram_widths=3"], ValueError,
+         "ngram_widths=3"),
+        (["task=classification", "dataset=sst2", "pooling=sum"], ValueError, "pooling='sum'"),
     ],
 )
 def test_bad_config_is_refused_with_its_name(overrides, error, match):

@@ -18,6 +18,7 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 SCHEDULES = ("auto", "paper")
 SELECTIONS = ("auto", "last", "average_last", "average_best")
+POOLINGS = ("mean", "max")
 # Sizes a task may derive from its data when the config leaves them null
 # (steps_per_epoch and patch_stride are null by default: one pass, no overlap).
 DATA_FIELDS = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
@@ -27,6 +28,7 @@ DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
 CHOICES = {
     "task": TASKS, "dataset": DATASETS, "strategy": STRATEGIES,
     "precision": PRECISIONS, "schedule": SCHEDULES, "selection": SELECTIONS,
+    "pooling": POOLINGS,
 }
 
 
@@ -145,6 +147,11 @@ class TrainingConfig:
     # probabilities (keras_transformer.models.ClassifierEnsemble); k times
     # the compute of one. 1: one classifier.
     ensemble_size: int | None = 1
+    # Text classification: widths of n-gram convolutions before the encoder
+    # (keras_transformer.layers.NGramConvolution, e.g. [3, 4, 5]); []: none.
+    ngram_widths: tuple = ()
+    # Text classification: "mean" or "max" of the encoder output over tokens.
+    pooling: str = "mean"
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -159,6 +166,8 @@ class TrainingConfig:
         for key in ("train_files", "valid_files", "test_files"):
             if key in values:
                 values[key] = tuple(values[key])
+        if isinstance(values.get("ngram_widths"), (list, tuple)):
+            values["ngram_widths"] = tuple(values["ngram_widths"])
         config = cls(**values)
         config.validate()
         return config
@@ -197,6 +206,13 @@ class TrainingConfig:
             isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0
         ):
             raise ValueError(f"`mixup_alpha` must be >= 0; received mixup_alpha={self.mixup_alpha!r}.")
+        if not isinstance(self.ngram_widths, tuple) or any(
+            not isinstance(w, int) or isinstance(w, bool) or w <= 0 for w in self.ngram_widths
+        ):
+            raise ValueError(
+                "`ngram_widths` must be a list of positive integers; received "
+                f"ngram_widths={self.ngram_widths!r}."
+            )
         if not isinstance(self.standardize_series, bool):
             raise ValueError(
                 "`standardize_series` must be true or false; received "

@@ -13,7 +13,8 @@ from keras_transformer.layers.masking import (
     padding_mask,
 )
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.layers.pooling import MaskedMeanPooling
+from keras_transformer.layers.ngram_convolution import NGramConvolution
+from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import (
     PositionEmbedding,
     interpolate_positions,
@@ -36,8 +37,10 @@ from keras_transformer.layers.transformer_encoder_block import TransformerEncode
 __all__ = [
     "Dropout",
     "FeedForward",
+    "MaskedMaxPooling",
     "MaskedMeanPooling",
     "MultiHeadAttention",
+    "NGramConvolution",
     "PositionEmbedding",
     "SeriesPatches",
     "SinusoidalPositionEncoding",

@@ -5,7 +5,8 @@ from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import padding_mask
-from keras_transformer.layers.pooling import MaskedMeanPooling
+from keras_transformer.layers.ngram_convolution import NGramConvolution
+from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
 from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
@@ -39,7 +40,7 @@ def class_probabilities(logits, num_classes):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerClassifier(XLADropoutMixin, keras.Model):
-    """The Transformer encoder, mean-pooled, under a small classification head.
+    """The Transformer encoder, pooled, under a small classification head.
 
     Two kinds of input, chosen by which size is given:
     - `vocabulary_size`: `token_ids` `(B, T)` int32, 0 is padding; the
@@ -55,8 +56,15 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
       normalization, as RevIN and PatchTST do), so that the model sees shape
       and not level or scale, whatever units the file is in.
 
-    The encoder output is averaged over real positions (padding excluded),
-    then `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
+    With `ngram_widths`, an `NGramConvolution` sub-layer mixes each token
+    with its neighbours before the encoder (convolutions of those widths,
+    as Kim's 2014 sentence CNN): on a few thousand sentences a short phrase
+    decides the class, and attention alone learns to find it late.
+
+    The encoder output is pooled over real positions (padding excluded):
+    averaged (`pooling="mean"`) or its maximum per feature (`"max"`,
+    max-over-time as Kim's CNN), then
+    `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
 
     Args:
         num_classes: classes; 1 gives a single logit for binary tasks
@@ -78,6 +86,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             None is `patch_length` (no overlap).
         standardize_series: per-series, per-feature standardization of
             numeric input before the patches (False keeps the raw values).
+        ngram_widths: widths of the n-gram convolutions before the encoder
+            (e.g. `(3, 4, 5)`); None or `()`: none.
+        pooling: `"mean"` or `"max"` over the real positions.
+
+    `num_layers=0` leaves the encoder out: the (n-gram) embeddings are
+    pooled directly, a bag-of-n-grams baseline to compare attention with.
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -108,6 +122,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         patch_length=1,
         patch_stride=None,
         standardize_series=False,
+        ngram_widths=None,
+        pooling="mean",
         dtype=None,
         **kwargs,
     ):
@@ -120,7 +136,11 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_positive_int("num_classes", num_classes)
         check_positive_int("vocabulary_size", vocabulary_size, allow_none=True)
         check_positive_int("num_features", num_features, allow_none=True)
-        for name, value in (("num_layers", num_layers), ("hidden_dim", hidden_dim),
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 0:
+            raise ValueError(
+                f"`num_layers` must be a non-negative integer; received num_layers={num_layers!r}."
+            )
+        for name, value in (("hidden_dim", hidden_dim),
                             ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
                             ("max_sequence_length", max_sequence_length)):
             check_positive_int(name, value)
@@ -128,6 +148,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_rate("dropout", dropout)
         check_divisible("hidden_dim", hidden_dim, "num_heads", num_heads)
         check_choice("positions", positions, ("sinusoidal", "learned"))
+        check_choice("pooling", pooling, ("mean", "max"))
+        ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
         if not isinstance(standardize_series, bool):
@@ -179,6 +201,11 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
                 if positions == "sinusoidal"
                 else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
             )
+        self.ngram_convolution = (
+            NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
+                             dtype=dtype, name="ngram_convolution")
+            if ngram_widths else None
+        )
         self.embedding_dropout = Dropout(dropout, dtype=dtype)
         self.encoder_blocks = [
             TransformerEncoderBlock(
@@ -192,7 +219,10 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="encoder_norm")
             if normalize_first else None
         )
-        self.pooling = MaskedMeanPooling(dtype=dtype, name="mean_pooling")
+        self.pooling = (
+            MaskedMeanPooling(dtype=dtype, name="mean_pooling") if pooling == "mean"
+            else MaskedMaxPooling(dtype=dtype, name="max_pooling")
+        )
         self.head_hidden = keras.layers.Dense(
             head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
         )
@@ -215,6 +245,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
                 x = self.patches(x)  # (B, ceil(T/p), p*F)
             x = self.feature_projection(x)  # (B, T', d): T' tokens
             x = x + self.position_encoding(x)
+        if self.ngram_convolution is not None:
+            x = self.ngram_convolution(x, mask=mask)
         x = self.embedding_dropout(x)
         for block in self.encoder_blocks:
             x = block(x, mask=mask)
@@ -243,6 +275,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.patch_length = patch_length
         self.patch_stride = patch_stride
         self.standardize_series = standardize_series
+        self.ngram_widths = ngram_widths
+        self.pooling_mode = pooling
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         # Validate before the functional graph casts float ids to int32.
@@ -283,6 +317,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "patch_length": self.patch_length,
             "patch_stride": self.patch_stride,
             "standardize_series": self.standardize_series,
+            "ngram_widths": list(self.ngram_widths),
+            "pooling": self.pooling_mode,
         }
 
     @classmethod

@@ -29,7 +29,8 @@ def build_classifier(config, data, **inputs):
             hidden_dim=m.hidden_dim, num_heads=m.num_heads,
             intermediate_dim=m.intermediate_dim, dropout=m.dropout,
             max_sequence_length=m.max_sequence_length, positions=m.positions,
-            normalize_first=m.normalize_first, **inputs, **name,
+            normalize_first=m.normalize_first, ngram_widths=config.ngram_widths,
+            pooling=config.pooling, **inputs, **name,
         )  # fmt: skip
 
     size = config.ensemble_size or 1

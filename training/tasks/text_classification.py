@@ -27,7 +27,7 @@ class TextClassification(Task):
     name = "classification"
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("ensemble_size",)
+    fields = ("ensemble_size", "ngram_widths", "pooling")
 
     def recipe_defaults(self):
         return {"weight_decay": 0.01}  # small data: more decay than translation's
