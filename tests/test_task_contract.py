@@ -7,7 +7,8 @@ Translation and series plan with a time budget (timed updates and one
 validation, `Task.time_evaluation`, then plan.json, which the resumed run
 reuses); text classification trains for its epochs.  The series run is a
 two-member `ClassifierEnsemble` (`ensemble_size=2`), the text run one
-`TransformerClassifier`: both kinds of classifier keep the contract.
+`TransformerClassifier` with n-gram convolutions and max pooling before and
+after its attention: both kinds of classifier keep the contract.
 One test over `training.tasks.TASKS`: a new trained task is checked by
 adding its tiny config below.
 """
@@ -61,7 +62,8 @@ def _setup(name, directory):
     elif name == "classification":
         path = _write_text_classification(directory)
         overrides = ["task=classification", "dataset=files", f'train_files=["{path}"]',
-                     "batch_size=8", "max_sequence_length=16", "label_smoothing=0.0"]
+                     "batch_size=8", "max_sequence_length=16", "label_smoothing=0.0",
+                     "ngram_widths=[2,3]", "pooling=max"]  # the text presets' front end
         inputs = SENTENCES[:5] + ["", "rain 😀 and unknown words"]
     else:
         train_path, test_path = _write_series(directory)
