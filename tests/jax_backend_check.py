@@ -13,7 +13,9 @@ JAX backend, the properties that would break if it were not:
 * beam 4 under `jax.jit`, whose beams share one row of the cross-attention
   cache per sentence, equals beam 4 over a cache tiled to every beam;
 * our keras.ops ThreeFry-2x32 equals JAX's own (`jax.extend.random`) word
-  for word, and a ThreeFry `Dropout` under `jax.jit` keeps 1 - rate.
+  for word, and a ThreeFry `Dropout` under `jax.jit` keeps 1 - rate;
+* the text classifier with n-gram convolutions and max pooling ignores
+  padding and trains (falling loss).
 
 Prints one JSON line of figures; any failed check raises (non-zero exit).
 """
@@ -31,7 +33,7 @@ from keras import ops  # noqa: E402
 import keras_transformer.layers.multi_head_attention as mha  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 from keras_transformer.layers import MultiHeadAttention  # noqa: E402
-from keras_transformer.models import START_ID, Transformer  # noqa: E402
+from keras_transformer.models import START_ID, Transformer, TransformerClassifier  # noqa: E402
 
 assert keras.backend.backend() == "jax"
 figures = {}
@@ -145,4 +147,25 @@ def dropped(x):
 kept = float((np.asarray(dropped(np.ones((64, 64), "float32"))) != 0).mean())
 assert abs(kept - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 4096), kept
 figures["threefry_dropout_kept"] = kept
+
+# The text presets' classifier: n-gram convolutions, one block, max pooling.
+classifier = TransformerClassifier(
+    num_classes=2, vocabulary_size=12, num_layers=1, hidden_dim=8, num_heads=2,
+    intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
+    pooling="max",
+)
+tokens = np.zeros((16, 6), "int32")
+labels = rng.integers(0, 2, size=16)
+for i, label in enumerate(labels):
+    tokens[i, : 2 + i % 4] = 4 + label
+padding_diff = float(np.abs(
+    np.asarray(classifier(np.pad(tokens, ((0, 0), (0, 3))))) - np.asarray(classifier(tokens))
+).max())
+assert padding_diff < 1e-5, padding_diff
+classifier.compile(keras.optimizers.Adam(1e-2),
+                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+history = classifier.fit(tokens, labels, batch_size=8, epochs=6, verbose=0).history["loss"]
+assert np.all(np.isfinite(history)) and history[-1] < 0.5 * history[0], history
+figures["ngram_classifier_padding_diff"] = padding_diff
+figures["ngram_classifier_loss_first_last"] = [history[0], history[-1]]
 print(json.dumps(figures))

@@ -7,6 +7,7 @@ export, verify) is tests/test_task_contract.py.
 import dataclasses
 import inspect
 import io
+import re
 
 import numpy as np
 import pytest
@@ -68,17 +69,16 @@ def test_recipe_defaults_name_config_fields(name):
 
 
 def test_task_only_fields_are_refused_where_unused():
-    assert set(TASK_FIELDS) == {"patch_length", "patch_stride", "standardize_series",
-                                "mixup_alpha", "ensemble_size"}
-    given = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4,
-                 ensemble_size=3)
-    TrainingConfig(task="timeseries", dataset="ucr", **given).validate()
-    TrainingConfig(task="classification", dataset="sst2", ensemble_size=3).validate()
-    for name, dataset in (("translation", "toy"), ("classification", "sst2")):
-        for field, value in given.items():
-            if name == "classification" and field == "ensemble_size":
-                continue  # text classifiers take ensembles too
-            with pytest.raises(ValueError, match=f"{field}={value!r} with task='{name}'"):
+    series = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4)
+    text = dict(ngram_widths=(3, 4), pooling="max")
+    assert set(TASK_FIELDS) == {*series, *text, "ensemble_size"}
+    TrainingConfig(task="timeseries", dataset="ucr", ensemble_size=3, **series).validate()
+    TrainingConfig(task="classification", dataset="sst2", ensemble_size=3, **text).validate()
+    refused = [("translation", "toy", {**series, **text, "ensemble_size": 3}),
+               ("classification", "sst2", series), ("timeseries", "ucr", text)]
+    for name, dataset, fields in refused:
+        for field, value in fields.items():
+            with pytest.raises(ValueError, match=re.escape(f"{field}={value!r} with task='{name}'")):
                 TrainingConfig(task=name, dataset=dataset, **{field: value}).validate()
 
 
