@@ -80,6 +80,22 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             self.step = int(json.load(f)["step"])
         return self.step
 
+    def discard(self):
+        """Forgets every saved step (a model of another shape replaces this one).
+
+        The pointer goes first, so a kill part-way restores nothing rather
+        than a half-removed folder.
+        """
+        self.step = 0
+        if not self.is_chief or not os.path.isdir(self.directory):
+            return
+        pointer = os.path.join(self.directory, POINTER)
+        if os.path.exists(pointer):
+            os.remove(pointer)
+        for name in os.listdir(self.directory):
+            if name.startswith("step-"):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         if self.step % self.every_steps == 0:

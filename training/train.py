@@ -124,50 +124,65 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
     plan_path = os.path.join(run_dir, "plan.json")
     plan = budget.read_plan(plan_path)
     max_steps = config.epochs * steps_per_epoch
-    with strategy.scope():
-        model, loss, metrics, hidden_dim = _build(config, task, data)
-        if plan is None:
-            plan = recipe.resolve(config, hidden_dim, batch_tokens, max_steps)
-            plan["planned"] = config.time_budget_minutes is None
-        schedule = recipe.build_schedule(config, hidden_dim, plan)
-        optimizer = recipe.build_optimizer(schedule, plan["weight_decay"])
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
-                      jit_compile=config.jit_compile)
+    # A budgeted run may first try the preset's model at its short-run depth
+    # (`short_run_num_layers`); a resumed run builds the depth its plan records.
+    probe = None  # the preset's depth, while a shallower one is being tried
+    if plan is not None and "num_layers" in plan:
+        config = _with_num_layers(config, plan["num_layers"])
+    elif plan is None and _short_depth_applies(config):
+        if config.time_budget_minutes is not None:
+            probe = preset_config(config).num_layers
+        config = _with_num_layers(config, config.short_run_num_layers)
 
     logs_dir = os.path.join(run_dir, "logs")
-    checkpoint = ResumableCheckpoint(
-        os.path.join(run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
-        is_chief=_is_chief(),
-    )
-    step = checkpoint.restore(model)
+
+    def setup(config, plan):
+        """Builds, compiles and restores the model; what depends on it."""
+        # Seeded here, so that the model a run ends up building starts from
+        # the same weights whether or not a shallower one was tried first.
+        keras.utils.set_random_seed(config.seed)
+        with strategy.scope():
+            model, loss, metrics, hidden_dim = _build(config, task, data)
+            if plan is None or "schedule" not in plan:  # none, or only its depth
+                plan = recipe.resolve(config, hidden_dim, batch_tokens, max_steps)
+                plan["planned"] = config.time_budget_minutes is None
+            schedule = recipe.build_schedule(config, hidden_dim, plan)
+            optimizer = recipe.build_optimizer(schedule, plan["weight_decay"])
+            model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                          jit_compile=config.jit_compile)
+        checkpoint = ResumableCheckpoint(
+            os.path.join(run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
+            is_chief=_is_chief(),
+        )
+        step = checkpoint.restore(model)
+        validation_score, monitor, mode = task.validation_score(config, model, data, valid)
+        callbacks = [checkpoint, *task.callbacks(config, model, data, logs_dir)]
+        callbacks += [
+            selection.EpochScores(
+                run_dir, monitor, mode, config.keep_epoch_checkpoints,
+                config.early_stopping_patience, is_chief=_is_chief(),
+            ),
+            LearningRateLogger(),
+            WallClockTimer(),
+            StepScalars(os.path.join(logs_dir, "train"), config.log_every_steps),
+            keras.callbacks.TensorBoard(logs_dir),
+        ]
+        return model, plan, schedule, checkpoint, step, validation_score, callbacks
+
+    model, plan, schedule, checkpoint, step, validation_score, callbacks = setup(config, plan)
     if resumed and verbose:
         print(f"Resuming {run_dir} from step {step}.", flush=True)
-    validation_score, monitor, mode = task.validation_score(config, model, data, valid)
-    callbacks = [checkpoint, *task.callbacks(config, model, data, logs_dir)]
-    callbacks += [
-        selection.EpochScores(
-            run_dir, monitor, mode, config.keep_epoch_checkpoints,
-            config.early_stopping_patience, is_chief=_is_chief(),
-        ),
-        LearningRateLogger(),
-        WallClockTimer(),
-        StepScalars(os.path.join(logs_dir, "train"), config.log_every_steps),
-        keras.callbacks.TensorBoard(logs_dir),
-    ]
     # verbose="auto": our own line per epoch (a bar in a terminal) with the
     # run's time left; an integer: Keras' own progress output.
     progress = None
     if verbose == "auto":
         progress = RunProgress(plan["total_steps"], steps_per_epoch, config.epochs,
                                started_at=watch.started_at)
-        callbacks.append(progress)
         verbose = 0
     deadline = None
     if config.time_budget_minutes is not None and not resumed:
         deadline = budget.Deadline(watch.started_at + 60 * config.time_budget_minutes)
-        callbacks.append(deadline)
-    if _is_chief():
-        write_hparams(logs_dir, config)
+    extra_callbacks = [c for c in (progress, deadline) if c is not None]
 
     with watch.phase("train"):
         if not plan["planned"]:
@@ -175,9 +190,27 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 config, task, model, schedule, train_stream, checkpoint, step,
                 steps_per_epoch, valid, data, validation_score, watch, plan, max_steps,
             )
+            if probe is not None and not plan["dropout_off"]:
+                # Even the shallower model makes enough passes for depth to
+                # pay: the preset's own depth, planned afresh.
+                config = _with_num_layers(config, probe)
+                checkpoint.discard()
+                if _is_chief():  # a kill from here on resumes at this depth
+                    budget.write_plan(plan_path, {"num_layers": probe, "planned": False})
+                model, plan, schedule, checkpoint, step, validation_score, callbacks = setup(
+                    config, None
+                )
+                step = _calibrate_and_plan(
+                    config, task, model, schedule, train_stream, checkpoint, step,
+                    steps_per_epoch, valid, data, validation_score, watch, plan, max_steps,
+                )
             plan["planned"] = True
             if deadline is not None:  # the final evaluation keeps its time
                 deadline.deadline -= plan["seconds_reserved_for_final"]
+        plan["num_layers"] = int(preset_config(config).num_layers)
+        if _is_chief():
+            write_hparams(logs_dir, config)
+        callbacks = callbacks + extra_callbacks
         if "dropout_off" not in plan:
             plan["dropout_off"] = _short_run(config, plan["total_steps"], steps_per_epoch)
         if plan["dropout_off"]:
@@ -302,6 +335,26 @@ def _seconds_per_save(checkpoint):
 def _seconds_per_update(config, timer, seconds_save):
     """An update's planned cost: the timed pace plus a save every `checkpoint_every_steps`."""
     return timer.seconds_per_step() + seconds_save / config.checkpoint_every_steps
+
+
+def _with_num_layers(config, num_layers):
+    """`config` whose model has `num_layers` layers (each side)."""
+    return config.replace(model_overrides={**config.model_overrides, "num_layers": int(num_layers)})
+
+
+def _short_depth_applies(config):
+    """Whether a fresh run builds `short_run_num_layers` layers first.
+
+    A budgeted run tries them and may go back to the preset's depth once
+    planned; a run of `epochs` passes knows at once whether it is short.
+    """
+    if config.short_run_num_layers is None:
+        return False
+    if config.short_run_num_layers == preset_config(config).num_layers:
+        return False
+    if config.time_budget_minutes is not None:
+        return True
+    return config.epochs < config.dropout_min_epochs
 
 
 def _short_run(config, total_steps, steps_per_epoch):
