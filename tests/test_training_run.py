@@ -122,6 +122,25 @@ def test_mixed_precision_and_xla_runs_learn(precision, jit_compile, tmp_path, mo
     assert keras.config.dtype_policy().name == "float32"  # restored after the run
 
 
+@pytest.mark.slow
+def test_deterministic_run_gives_the_process_its_op_determinism_back(tmp_path):
+    """`deterministic=true` is for its own run: left on, it would make Keras
+    drop `jit_compile=True` (with only a warning) in every later run of the
+    process.  A caller who turned it on keeps it on."""
+    from tensorflow.python.framework import config as tf_config
+
+    overrides = FAST + ["epochs=1", "eval_sentences=0", "beam_size=1", "deterministic=true"]
+    assert not tf_config.is_op_determinism_enabled()
+    train(load_config("tiny", overrides), tmp_path / "a", verbose=0)
+    assert not tf_config.is_op_determinism_enabled()
+    tf_config.enable_op_determinism()
+    try:
+        train(load_config("tiny", overrides[:-1]), tmp_path / "b", verbose=0)
+        assert tf_config.is_op_determinism_enabled()
+    finally:
+        tf_config.disable_op_determinism()
+
+
 def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
     config = load_config("tiny", FAST)
     run_dir = tmp_path / "run"

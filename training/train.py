@@ -17,6 +17,7 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
 
 from training import budget, recipe, selection
 from training.callbacks import LearningRateLogger, StepScalars, WallClockTimer
@@ -98,6 +99,11 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
     with RunDirLock(run_dir) if _is_chief() else contextlib.nullcontext():
         resumed = prepare_run_dir(run_dir, config, overwrite)
         keras.utils.set_random_seed(config.seed)
+        # Op determinism and the dtype policy are process-wide: set them for
+        # this run and give the caller's back afterwards (a deterministic run
+        # left on would, among others, make Keras drop jit_compile silently
+        # in every later run of the process).
+        determinism_was = tf_config.is_op_determinism_enabled()
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
         keras.config.set_dtype_policy(config.precision)
@@ -105,6 +111,9 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
             return _train(config, os.fspath(run_dir), strategy, resumed, verbose, watch)
         finally:
             keras.config.set_dtype_policy("float32")
+            if not determinism_was:
+                # No public API turns it off; this is what enable() undoes.
+                tf_config.disable_op_determinism()
 
 
 def _train(config, run_dir, strategy, resumed, verbose, watch):
