@@ -310,24 +310,43 @@ def test_masked_max_pooling(tmp_path, rng):
     np.testing.assert_array_equal(got[2], np.zeros(D, "float32"))
 
 
-def test_ngram_convolution_is_a_residual_of_same_padded_convolutions(tmp_path, rng):
-    """LayerNorm(x + Dense(concat_k ReLU(Conv_k(x)))), each Conv_k a "same"
-    convolution: checked against an explicit sum over each window."""
-    x = _float(rng, B, T, D)
-    layer, out = run_layer_test(NGramConvolution, {"widths": (2, 3), "filters": 4}, x, tmp_path)
+def _explicit_ngram_features(layer, x):
+    """concat_k ReLU(Conv_k(x)), each Conv_k a "same" convolution, summed window by window."""
     features = []
     for conv in layer.convolutions:
         kernel, bias = (ops.convert_to_numpy(w) for w in conv.weights)  # (k, D, F), (F,)
         k = kernel.shape[0]
         padded = np.pad(x, ((0, 0), ((k - 1) // 2, k // 2), (0, 0)))
-        windows = np.stack([padded[:, t:t + k] for t in range(T)], axis=1)  # (B, T, k, D)
+        windows = np.stack([padded[:, t:t + k] for t in range(x.shape[1])], axis=1)  # (B, T, k, D)
         features.append(np.maximum(np.einsum("btkd,kdf->btf", windows, kernel) + bias, 0))
+    return np.concatenate(features, axis=-1)
+
+
+def test_ngram_convolution_is_a_residual_of_same_padded_convolutions(tmp_path, rng):
+    """LayerNorm(x + Dense(concat_k ReLU(Conv_k(x)))), each Conv_k a "same"
+    convolution: checked against an explicit sum over each window."""
+    x = _float(rng, B, T, D)
+    layer, out = run_layer_test(NGramConvolution, {"widths": (2, 3), "filters": 4}, x, tmp_path)
     w, b = (ops.convert_to_numpy(v) for v in layer.projection.weights)
-    y = x + np.concatenate(features, axis=-1) @ w + b
+    y = x + _explicit_ngram_features(layer, x) @ w + b
     gamma, beta = (ops.convert_to_numpy(v) for v in layer.norm.weights)
     mean, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
     expected = (y - mean) / np.sqrt(var + layer.layer_norm_epsilon) * gamma + beta
     np.testing.assert_allclose(out, expected, atol=1e-4)
+
+
+def test_ngram_convolution_without_residual_returns_the_bare_features(tmp_path, rng):
+    """residual=False (Kim's CNN): concat_k ReLU(Conv_k(x)), `filters` per
+    width, nothing projected, added or normalised; a bad value is named."""
+    x = _float(rng, B, T, D)
+    layer, out = run_layer_test(
+        NGramConvolution, {"widths": (2, 3), "filters": 4, "residual": False}, x, tmp_path
+    )
+    assert out.shape == (B, T, 8)
+    assert len(layer.weights) == 4  # two kernels, two biases
+    np.testing.assert_allclose(out, _explicit_ngram_features(layer, x), atol=1e-5)
+    with pytest.raises(ValueError, match="residual='no'"):
+        NGramConvolution((3,), residual="no")
 
 
 def test_ngram_convolution_sees_only_its_window_and_no_padding(rng):

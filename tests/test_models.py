@@ -290,15 +290,22 @@ def test_classifier_learns_a_separable_toy_task():
 
 
 def test_classifier_without_encoder_layers_pools_the_ngram_features():
-    """`num_layers=0`: no encoder block; the logits are the head on the max of the
-    n-gram sub-layer's output over real tokens."""
+    """`num_layers=0`: no encoder block; the logits are the head on the max, over
+    real tokens, of the n-gram convolutions' bare ReLU features (Kim's CNN:
+    no residual, no LayerNorm); with a block, the residual form of width d."""
     keras.utils.set_random_seed(3)
     model = TransformerClassifier(
-        vocabulary_size=20, ngram_widths=(3,), pooling="max", **{**CLASSIFIER, "num_layers": 0}
+        vocabulary_size=20, ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 0}
     )
-    assert not model.encoder_blocks
+    assert not model.encoder_blocks and not model.ngram_convolution.residual
     mask = SOURCE != 0
-    features = model.ngram_convolution(model.embedding(SOURCE), mask=mask)
+    embedded = ops.convert_to_numpy(model.embedding(SOURCE)) * mask[..., None]
+    features = ops.concatenate([conv(embedded) for conv in model.ngram_convolution.convolutions], -1)
+    assert features.shape[-1] == 2 * CLASSIFIER["hidden_dim"]
     pooled = np.where(mask[..., None], ops.convert_to_numpy(features), -np.inf).max(axis=1)
     expected = model.head_output(model.head_hidden(pooled))
     np.testing.assert_allclose(model(SOURCE), expected, atol=1e-5)
+    with_block = TransformerClassifier(
+        vocabulary_size=20, ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 1}
+    )
+    assert with_block.ngram_convolution.residual

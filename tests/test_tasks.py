@@ -111,6 +111,26 @@ def test_translation_files_without_valid_files_hold_out_one_pair_in_50(tmp_path)
     assert len(valid[0]) == 1000 and len(train[0]) + len(valid[0]) == 100_000
 
 
+def test_text_ensemble_size_follows_the_training_set_size():
+    """A null `ensemble_size` gives five classifiers up to 10,000 training
+    sentences and one above; a size the user gives is kept."""
+    from training.data import TaskData
+    from training.tasks import text_classification as text
+
+    task = get_task("classification")
+
+    def resolved(count, ensemble_size=None):
+        split = (["a b"] * count, np.zeros(count, "int32"))
+        config = TrainingConfig(task="classification", dataset="sst2",
+                                ensemble_size=ensemble_size)
+        return task.resolve_config(config, TaskData(split, split, split, ["0"])).ensemble_size
+
+    assert text.ENSEMBLE_MAX_SENTENCES == 10_000 and text.ENSEMBLE_SIZE == 5
+    assert resolved(6_920) == resolved(10_000) == 5
+    assert resolved(10_001) == 1
+    assert resolved(6_920, ensemble_size=1) == 1 and resolved(20_000, ensemble_size=3) == 3
+
+
 def test_final_decoding_share_is_reference_pieces_over_hypothesis_pieces():
     """A budgeted run keeps time for decoding the test set with the model it
     will end with: one that writes twice the references' pieces is planned

@@ -24,11 +24,19 @@ class NGramConvolution(keras.layers.Layer):
     al., 2020).  Padding positions are zeroed before each convolution, so
     a sentence's features do not depend on how far it was padded.
 
+    With `residual=False` the concatenated ReLU features are returned as
+    they are, `(B, T, filters * len(widths))`: Kim's CNN, whose features
+    are max-pooled directly.  A residual sum with the embeddings would
+    hand the pooling a second, unmixed copy of every token, and the
+    LayerNorm would rescale each position by its own statistics; the
+    residual form exists to feed encoder blocks of width d_model.
+
     Args:
         widths: the n-gram widths, e.g. `(3, 4, 5)` (Kim's).
         filters: output channels per width; None is d_model.
-        dropout: on the projected n-gram features.
+        dropout: on the projected n-gram features (residual form only).
         layer_norm_epsilon: of the residual's LayerNorm.
+        residual: the residual sub-layer (True) or the bare features.
 
     Call arguments:
         inputs: `(B, T, d_model)`.
@@ -37,7 +45,8 @@ class NGramConvolution(keras.layers.Layer):
         training: enables dropout.
 
     Returns:
-        `(B, T, d_model)`; the mask passes through.
+        `(B, T, d_model)`, or `(B, T, filters * len(widths))` with
+        `residual=False`; the mask passes through.
 
     Example:
     >>> layer = keras_transformer.layers.NGramConvolution((2, 3))
@@ -46,7 +55,7 @@ class NGramConvolution(keras.layers.Layer):
     """
 
     def __init__(self, widths=(3, 4, 5), filters=None, dropout=0.0,
-                 layer_norm_epsilon=1e-6, **kwargs):
+                 layer_norm_epsilon=1e-6, residual=True, **kwargs):
         super().__init__(**kwargs)
         widths = tuple(widths) if isinstance(widths, (list, tuple)) else widths
         if not isinstance(widths, tuple) or not widths:
@@ -57,6 +66,9 @@ class NGramConvolution(keras.layers.Layer):
             check_positive_int("widths", width)
         check_positive_int("filters", filters, allow_none=True)
         check_rate("dropout", dropout)
+        if not isinstance(residual, bool):
+            raise ValueError(f"`residual` must be True or False; received residual={residual!r}.")
+        self.residual = residual
         self.widths = widths
         self.filters = filters
         self.dropout = dropout
@@ -74,6 +86,9 @@ class NGramConvolution(keras.layers.Layer):
             )
             convolution.build(input_shape)
             self.convolutions.append(convolution)
+        if not self.residual:
+            self.built = True
+            return
         self.projection = keras.layers.Dense(
             hidden_dim, dtype=self.dtype_policy, name="projection"
         )
@@ -91,6 +106,8 @@ class NGramConvolution(keras.layers.Layer):
             x = x * ops.expand_dims(ops.cast(mask, x.dtype), -1)  # padding -> 0
         features = [convolution(x) for convolution in self.convolutions]
         features = features[0] if len(features) == 1 else ops.concatenate(features, axis=-1)
+        if not self.residual:
+            return features
         y = self.output_dropout(self.projection(features), training=training)
         return self.norm(inputs + y)
 
@@ -98,12 +115,15 @@ class NGramConvolution(keras.layers.Layer):
         return mask
 
     def compute_output_shape(self, input_shape):
+        if not self.residual:
+            filters = self.filters or input_shape[-1]
+            return (*input_shape[:-1], filters * len(self.widths))
         return input_shape
 
     def get_config(self):
         config = super().get_config()
         config.update({
             "widths": list(self.widths), "filters": self.filters, "dropout": self.dropout,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "layer_norm_epsilon": self.layer_norm_epsilon, "residual": self.residual,
         })  # fmt: skip
         return config

@@ -90,8 +90,11 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             (e.g. `(3, 4, 5)`); None or `()`: none.
         pooling: `"mean"` or `"max"` over the real positions.
 
-    `num_layers=0` leaves the encoder out: the (n-gram) embeddings are
-    pooled directly, a bag-of-n-grams baseline to compare attention with.
+    `num_layers=0` leaves the encoder out: the embeddings are pooled
+    directly, a bag-of-words baseline to compare attention with; with
+    `ngram_widths`, the n-gram convolutions' ReLU features are pooled as
+    they are (`NGramConvolution(residual=False)`, Kim's CNN), with no
+    residual sum or LayerNorm, which exist to feed encoder blocks.
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -203,7 +206,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             )
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
-                             dtype=dtype, name="ngram_convolution")
+                             residual=num_layers > 0, dtype=dtype, name="ngram_convolution")
             if ngram_widths else None
         )
         self.embedding_dropout = Dropout(dropout, dtype=dtype)

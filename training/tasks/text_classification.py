@@ -14,6 +14,11 @@ from training.tasks.common import (
     token_ids,
 )
 
+#: A null `ensemble_size` trains this many classifiers on small data ...
+ENSEMBLE_SIZE = 5
+#: ... that is, on at most this many training sentences.
+ENSEMBLE_MAX_SENTENCES = 10_000
+
 
 class TextClassification(Task):
     """Sentence -> class, from a word-piece vocabulary learned on the training text.
@@ -28,9 +33,22 @@ class TextClassification(Task):
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
     fields = ("ensemble_size", "ngram_widths", "pooling")
+    data_fields = ("ensemble_size",)
 
     def recipe_defaults(self):
         return {"weight_decay": 0.01}  # small data: more decay than translation's
+
+    def data_defaults(self, config, data):
+        """A null `ensemble_size`: `ENSEMBLE_SIZE` members for at most
+        `ENSEMBLE_MAX_SENTENCES` training sentences, else 1.
+
+        On a few thousand sentences one classifier's test accuracy moves by
+        2-3 points with its seed (TREC 0.834-0.868 over seeds 0-2); the
+        mean of five independently initialised ones is both higher and
+        steadier, for five times the compute of a run that takes minutes.
+        """
+        small = len(data.train[1]) <= ENSEMBLE_MAX_SENTENCES
+        return {"ensemble_size": ENSEMBLE_SIZE if small else 1}
 
     # --- data -------------------------------------------------------------------
 
