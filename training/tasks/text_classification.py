@@ -5,6 +5,7 @@ import numpy as np
 from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 from training import pipeline, text_files
 from training.data import TaskData, require_file, resolve_data_dir
+from training.recipes_series import ENSEMBLE_SIZE
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
@@ -14,9 +15,8 @@ from training.tasks.common import (
     token_ids,
 )
 
-#: A null `ensemble_size` trains this many classifiers on small data ...
-ENSEMBLE_SIZE = 5
-#: ... that is, on at most this many training sentences.
+#: A null `ensemble_size` trains `ENSEMBLE_SIZE` classifiers (the series
+#: task's five) on at most this many training sentences.
 ENSEMBLE_MAX_SENTENCES = 10_000
 
 
