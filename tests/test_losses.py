@@ -10,6 +10,7 @@ from training.losses import (
     MaskedAccuracy,
     MaskedPerplexity,
     MaskedSparseCategoricalCrossentropy,
+    SparseSmoothedCrossentropy,
     masked_token_cross_entropy,
 )
 
@@ -216,6 +217,29 @@ def test_config_round_trip(cls):
 def test_label_smoothing_out_of_range():
     with pytest.raises(ValueError, match="label_smoothing=1.5"):
         MaskedSparseCategoricalCrossentropy(label_smoothing=1.5)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_sparse_smoothed_crossentropy_matches_numpy_reference(rng, eps):
+    """Class ids (B,) and (B, 1) against (B, K) logits: the explicit smoothed
+    target's cross-entropy averaged over the batch (class 0 is a class, not
+    padding), and the plain sparse cross-entropy at eps = 0."""
+    labels = np.array([0, 2, 1, 0], np.int32)
+    logits = random_logits(rng, (4, 3))
+    expected = reference_loss(labels[:, None], logits[:, None], eps, pad_id=-1)
+    loss = SparseSmoothedCrossentropy(eps)
+    for y in (labels, labels[:, None]):
+        np.testing.assert_allclose(float(loss(y, logits)), expected, rtol=1e-6)
+    if eps == 0.0:
+        plain = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        np.testing.assert_allclose(float(plain(labels, logits)), expected, rtol=1e-6)
+    restored = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(loss)
+    )
+    assert type(restored) is SparseSmoothedCrossentropy
+    assert restored.get_config() == loss.get_config()
+    with pytest.raises(ValueError, match="label_smoothing=1.0"):
+        SparseSmoothedCrossentropy(label_smoothing=1.0)
 
 
 def _fit_one_step(strategy, initial_weights, inputs):

@@ -82,6 +82,23 @@ def test_task_only_fields_are_refused_where_unused():
                 TrainingConfig(task=name, dataset=dataset, **{field: value}).validate()
 
 
+def test_classifier_losses_take_the_config_label_smoothing(rng):
+    """`label_smoothing` reaches the text and series classifiers' losses: on
+    the same logits, eps = 0.2 gives the smoothed target's cross-entropy and
+    eps = 0 the plain one (text takes class ids, series one-hot labels)."""
+    logits = rng.standard_normal((4, 3)).astype(np.float32)
+    ids = np.array([0, 2, 1, 1])
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    for eps in (0.0, 0.2):
+        target = (1 - eps) * np.eye(3)[ids] + eps / 3
+        expected = -(target * log_p).sum(-1).mean()
+        for name, labels in (("classification", ids), ("timeseries", np.eye(3)[ids])):
+            config = TrainingConfig(task=name, dataset=get_task(name).datasets[0],
+                                    label_smoothing=eps)
+            loss, _ = get_task(name).loss_and_metrics(config)
+            np.testing.assert_allclose(float(loss(labels, logits)), expected, rtol=1e-5)
+
+
 def _parallel_files(directory, count):
     paths = [directory / "train.src", directory / "train.tgt"]
     for path, prefix in zip(paths, "st", strict=True):

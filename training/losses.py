@@ -174,6 +174,53 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
+class SparseSmoothedCrossentropy(keras.losses.Loss):
+    """Cross-entropy of class ids against label-smoothed targets.
+
+    `keras.losses.SparseCategoricalCrossentropy` takes no `label_smoothing`;
+    this is `keras.losses.CategoricalCrossentropy(label_smoothing=eps)` of
+    the one-hot ids: `1 - eps + eps / K` on the true class and `eps / K` on
+    each of the other K - 1. With eps = 0 it is the plain sparse
+    cross-entropy. The classifiers' loss when `label_smoothing` > 0.
+
+    Args:
+        label_smoothing: float in [0, 1). eps.
+        from_logits: bool. Whether `y_pred` holds logits.
+        name: str. Name of the loss.
+
+    Call arguments:
+        y_true: int (B,) or (B, 1) class ids.
+        y_pred: (B, K) logits (or probabilities), computed in float32.
+    """
+
+    def __init__(self, label_smoothing=0.1, from_logits=True,
+                 name="sparse_smoothed_crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(
+                "`label_smoothing` must be in [0, 1). Received: "
+                f"label_smoothing={label_smoothing}"
+            )
+        self.label_smoothing = float(label_smoothing)
+        self.from_logits = bool(from_logits)
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.cast(y_pred, "float32")
+        y_true = ops.convert_to_tensor(y_true)
+        if len(y_true.shape) == len(y_pred.shape):
+            y_true = ops.squeeze(y_true, axis=-1)  # (B, 1) -> (B,)
+        targets = ops.one_hot(ops.cast(y_true, "int32"), ops.shape(y_pred)[-1])
+        return keras.losses.categorical_crossentropy(
+            targets, y_pred, from_logits=self.from_logits,
+            label_smoothing=self.label_smoothing,
+        )
+
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing,
+                "from_logits": self.from_logits}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedAccuracy(keras.metrics.Metric):
     """Fraction of real target tokens whose arg-max prediction is correct.
 

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from training.losses import SparseSmoothedCrossentropy
 from training.tasks.common import preset_config, with_cardinality
 
 #: The models `build_classifier` returns (`Task.model_class`).
@@ -39,9 +40,13 @@ def build_classifier(config, data, **inputs):
     return ClassifierEnsemble([member(name=f"member_{i}") for i in range(size)])
 
 
-def loss_and_metrics():
-    """Cross-entropy on logits, and accuracy (the selection score)."""
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+def loss_and_metrics(label_smoothing=0.0):
+    """Cross-entropy on logits (label-smoothed by `label_smoothing`), and
+    accuracy (the selection score)."""
+    if label_smoothing:
+        loss = SparseSmoothedCrossentropy(label_smoothing, from_logits=True)
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     return loss, [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
 
