@@ -9,6 +9,7 @@ import inspect
 import io
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -97,6 +98,56 @@ def test_classifier_losses_take_the_config_label_smoothing(rng):
                                     label_smoothing=eps)
             loss, _ = get_task(name).loss_and_metrics(config)
             np.testing.assert_allclose(float(loss(labels, logits)), expected, rtol=1e-5)
+
+
+def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
+    """`num_classes=1` gives the text task one sigmoid logit for two classes:
+    binary cross-entropy (smoothed towards eps/2 and 1 - eps/2) and accuracy
+    at probability 0.5.  A softmax loss over one logit is 0 whatever the
+    weights: before this, such a run trained nothing, silently."""
+    task = get_task("classification")
+    logits = rng.standard_normal((6, 1)).astype(np.float32)
+    ids = np.array([0, 1, 1, 0, 1, 0])
+    for eps in (0.0, 0.2):
+        config = TrainingConfig(dataset="sst2", num_classes=1, label_smoothing=eps)
+        loss, (accuracy,) = task.loss_and_metrics(config)
+        target = ids * (1 - eps) + eps / 2
+        p = 1 / (1 + np.exp(-logits[:, 0]))
+        expected = -(target * np.log(p) + (1 - target) * np.log(1 - p)).mean()
+        np.testing.assert_allclose(float(loss(ids, logits)), expected, rtol=1e-5)
+        accuracy.update_state(ids, logits)
+        assert float(accuracy.result()) == pytest.approx(np.mean((logits[:, 0] > 0) == ids))
+    # And a one-logit classifier learns two separable sentences with it.
+    config = TrainingConfig(dataset="sst2", num_classes=1)
+    loss, metrics = task.loss_and_metrics(config)
+    tokens = np.array([[5, 6, 7, 0], [8, 9, 10, 0]] * 4, "int32")
+    labels = np.array([0, 1] * 4, "int32")
+    model = TransformerClassifier(num_classes=1, vocabulary_size=16, num_layers=0,
+                                  hidden_dim=8, num_heads=2, intermediate_dim=16)
+    model.compile(keras.optimizers.Adam(0.05), loss, metrics=metrics)
+    history = model.fit(tokens, labels, batch_size=8, epochs=20, verbose=0).history
+    assert history["loss"][-1] < 0.5 * history["loss"][0], history["loss"]
+    assert history["accuracy"][-1] == 1.0
+
+
+def test_a_given_num_classes_must_hold_the_data_classes():
+    """`num_classes` below the classes found (or 1 for other than two) is a
+    clear error naming it, not labels out of range in the loss."""
+    from training.data import TaskData
+    from training.tasks.classifiers import build_classifier
+
+    task = get_task("classification")
+    task.tokenizer = type("Tokenizer", (), {"vocabulary_size": 16})()
+    three = TaskData((["a"], [0]), (["a"], [0]), (["a"], [0]), label_names=["x", "y", "z"])
+    base = TrainingConfig(dataset="trec", model_overrides={"num_layers": 0, "hidden_dim": 8,
+                                                            "intermediate_dim": 16, "num_heads": 2},
+                          ensemble_size=1)
+    for bad in (1, 2):
+        with pytest.raises(ValueError, match=f"num_classes={bad}"):
+            build_classifier(base.replace(num_classes=bad), three, vocabulary_size=16)
+    for good, outputs in ((0, 3), (3, 3), (4, 4)):
+        model = build_classifier(base.replace(num_classes=good), three, vocabulary_size=16)
+        assert model.num_classes == outputs
 
 
 def _parallel_files(directory, count):

@@ -23,6 +23,8 @@ def build_classifier(config, data, **inputs):
     each from its own draw of the (seeded) initialisers.
     """
     m = preset_config(config)
+    if config.num_classes:
+        check_num_classes(config.num_classes, data.label_names)
 
     def member(**name):
         return TransformerClassifier(
@@ -40,14 +42,40 @@ def build_classifier(config, data, **inputs):
     return ClassifierEnsemble([member(name=f"member_{i}") for i in range(size)])
 
 
-def loss_and_metrics(label_smoothing=0.0):
+def loss_and_metrics(label_smoothing=0.0, num_classes=0):
     """Cross-entropy on logits (label-smoothed by `label_smoothing`), and
-    accuracy (the selection score)."""
+    accuracy (the selection score).
+
+    `num_classes=1` is one sigmoid logit for two classes (ids 0 and 1):
+    binary cross-entropy, whose smoothing moves the targets to eps/2 and
+    1 - eps/2, and accuracy at logit 0 (probability 0.5), the threshold
+    `outputs` serves.  A softmax loss on a single logit would be 0 whatever
+    the weights, and the model would silently learn nothing.
+    """
+    if num_classes == 1:
+        loss = keras.losses.BinaryCrossentropy(from_logits=True, label_smoothing=label_smoothing)
+        return loss, [keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)]
     if label_smoothing:
         loss = SparseSmoothedCrossentropy(label_smoothing, from_logits=True)
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     return loss, [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+
+def check_num_classes(num_classes, label_names):
+    """A given `num_classes` must hold the data's classes: 1 (a sigmoid)
+    needs exactly two, and 2 or more at least as many as there are."""
+    found = len(label_names)
+    if num_classes == 1 and found != 2:
+        raise ValueError(
+            f"num_classes=1 (one sigmoid output) needs exactly two classes; the training "
+            f"file has {found}: {list(label_names)[:10]}. Leave num_classes at 0 to count them."
+        )
+    if num_classes > 1 and num_classes < found:
+        raise ValueError(
+            f"num_classes={num_classes} is fewer than the {found} classes of the training "
+            f"file ({list(label_names)[:10]}). Leave num_classes at 0 to count them."
+        )
 
 
 def accuracy_score(valid):

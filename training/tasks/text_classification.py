@@ -112,7 +112,7 @@ class TextClassification(Task):
         )
 
     def loss_and_metrics(self, config):
-        return classifiers.loss_and_metrics(config.label_smoothing)
+        return classifiers.loss_and_metrics(config.label_smoothing, config.num_classes)
 
     def validation_score(self, config, model, data, valid):
         return classifiers.accuracy_score(valid)
