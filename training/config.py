@@ -141,7 +141,8 @@ class TrainingConfig:
     length_penalty: float = 0.6
     # Example translations printed at the end.
     num_examples: int = 5
-    # Classification: number of classes (inferred from data when 0).
+    # Classification: number of classes (inferred from data when 0); text
+    # takes 1 for one sigmoid output over two classes.
     num_classes: int = 0
     # Time series: steps per token (PatchTST patches); 1 is one token per step.
     patch_length: int | None = 1
