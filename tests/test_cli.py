@@ -207,3 +207,15 @@ def test_real_process_exits_2_without_traceback(tmp_path):
         cwd=REPO_ROOT,
     )  # fmt: skip
     assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_a_bare_path_for_a_files_field_is_one_file():
+    from training.config import load_config
+
+    # `--set train_files=data.tsv` once read as the file names "d", "a", "t", ...
+    config = load_config("text_classification", ["dataset=files", "train_files=data/x.tsv",
+                                                  'valid_files=["v.tsv"]'])
+    assert config.train_files == ("data/x.tsv",)
+    assert config.valid_files == ("v.tsv",)
+    assert TrainingConfig(dataset="files", train_files=("a", "b")).replace(
+        test_files="t.tsv").test_files == ("t.tsv",)

@@ -8,6 +8,7 @@ as `config.json` in the run directory.
 
 import dataclasses
 import json
+import os
 import pathlib
 
 CONFIG_DIR = pathlib.Path(__file__).parent / "configs"
@@ -175,7 +176,10 @@ class TrainingConfig:
         values = dict(values)
         _check_keys(values)
         for key in ("train_files", "valid_files", "test_files"):
-            if key in values:
+            if isinstance(values.get(key), (str, os.PathLike)):
+                # One path (`--set train_files=data.tsv`) is one file, not its characters.
+                values[key] = (os.fspath(values[key]),)
+            elif key in values:
                 values[key] = tuple(values[key])
         if isinstance(values.get("ngram_widths"), (list, tuple)):
             values["ngram_widths"] = tuple(values["ngram_widths"])
