@@ -179,6 +179,35 @@ def test_translation_files_without_valid_files_hold_out_one_pair_in_50(tmp_path)
     assert len(valid[0]) == 1000 and len(train[0]) + len(valid[0]) == 100_000
 
 
+def test_text_files_without_valid_files_hold_out_one_sentence_in_10(tmp_path):
+    """A text classifier given only a training file selects its epochs on
+    sentences it does not train on (it validated on its training text)."""
+    task = get_task("classification")
+
+    def write(name, count):
+        path = tmp_path / name
+        path.write_text("".join(f"{i % 3}\tword{i} more\n" for i in range(count)))
+        return str(path)
+
+    config = TrainingConfig(task="classification", dataset="files",
+                            train_files=(write("train.tsv", 200),))
+    data = task.load_data(config, tmp_path)
+    assert data.valid[0] == [f"word{i} more" for i in range(0, 200, 10)]
+    assert list(data.valid[1]) == [i % 3 for i in range(0, 200, 10)]
+    assert len(data.train[0]) == 180 and not set(data.train[0]) & set(data.valid[0])
+    assert data.test == data.valid  # no test_files either
+    # Given files are used as they are, and every training sentence trains.
+    given = task.load_data(config.replace(valid_files=(write("v.tsv", 30),),
+                                          test_files=(write("t.tsv", 40),)), tmp_path)
+    assert len(given.train[0]) == 200 and len(given.valid[0]) == 30
+    assert len(given.test[0]) == 40
+    held = task.load_data(config.replace(test_files=(write("t.tsv", 40),)), tmp_path)
+    assert len(held.valid[0]) == 20 and len(held.test[0]) == 40
+    # A file too small to spare sentences validates on its training text.
+    tiny = task.load_data(config.replace(train_files=(write("tiny.tsv", 99),)), tmp_path)
+    assert tiny.valid[0] == tiny.train[0] and len(tiny.train[0]) == 99
+
+
 def test_text_ensemble_size_follows_the_training_set_size():
     """A null `ensemble_size` gives five classifiers up to 10,000 training
     sentences and one above; a size the user gives is kept."""

@@ -15,6 +15,11 @@ from training.tasks.common import (
     token_ids,
 )
 
+#: Without a validation file every HOLD_OUT_EVERY-th training sentence
+#: validates instead of training; a file of fewer than
+#: HOLD_OUT_MIN_SENTENCES sentences validates on its training sentences.
+HOLD_OUT_EVERY, HOLD_OUT_MIN_SENTENCES = 10, 100
+
 #: A null `ensemble_size` trains `ENSEMBLE_SIZE` classifiers (the series
 #: task's five) on at most this many training sentences.
 ENSEMBLE_MAX_SENTENCES = 10_000
@@ -25,7 +30,9 @@ class TextClassification(Task):
 
     Data: `dataset="sst2"`, `"trec"` (every 10th training question
     validates) or `"files"` (`label<TAB>text` files; class names in the
-    order `text_files.read_classification` gives them).  Selection and
+    order `text_files.read_classification` gives them; without
+    `valid_files` every 10th training sentence validates, as on TREC, and
+    without `test_files` the validation split tests).  Selection and
     test: accuracy.  The task name is the config's `"classification"`.
     """
 
@@ -60,9 +67,11 @@ class TextClassification(Task):
             # No development split: every 10th training question validates.
             files = [folder / "TREC.train.all", None, folder / "TREC.test.all"]
         elif config.dataset == "files":
+            # Without valid_files every 10th training sentence validates, as
+            # on TREC; without test_files the validation split tests.
             files = [config.train_files[0],
-                     (config.valid_files or config.train_files)[0],
-                     (config.test_files or config.valid_files or config.train_files)[0]]
+                     config.valid_files[0] if config.valid_files else None,
+                     config.test_files[0] if config.test_files else None]
         else:
             raise ValueError(
                 f"dataset={config.dataset!r} is not a text classification dataset; "
@@ -72,8 +81,10 @@ class TextClassification(Task):
             require_file(files[0], "train file"), encoding=config.encoding
         )
         splits = [(texts, np.asarray(labels, "int32"))]
-        if files[1] is None:
-            held_out = np.arange(len(texts)) % 10 == 0
+        if files[1] is None and len(texts) < HOLD_OUT_MIN_SENTENCES:
+            splits.append(splits[0])  # too few to spare: validate on the training text
+        elif files[1] is None:
+            held_out = np.arange(len(texts)) % HOLD_OUT_EVERY == 0
             splits = [
                 ([t for t, h in zip(texts, held_out, strict=True) if h == side],
                  splits[0][1][held_out == side])
@@ -86,6 +97,8 @@ class TextClassification(Task):
                 require_file(path, what), label_names=names, encoding=config.encoding
             )
             splits.append((t, np.asarray(y, "int32")))
+        if len(splits) == 2:
+            splits.append(splits[1])
         return TaskData(*splits, label_names=[str(n) for n in names])
 
     def prepare(self, config, data, run_dir, write=True):
