@@ -17,6 +17,7 @@ from training.tokenizers import (
     UNK_ID,
     WordPieceTokenizer,
     _huggingface_wordpiece,
+    learn_word_vocabulary,
     learn_wordpiece_vocabulary,
     normalize_text,
 )
@@ -135,6 +136,55 @@ def test_errors_name_the_argument_and_value():
         learn_wordpiece_vocabulary(["abcdefghijklmnopq"], 10)
     with pytest.raises(ValueError, match="min_frequency=0"):
         learn_wordpiece_vocabulary(["a b"], 100, min_frequency=0)
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_word_vocabulary_is_the_words_seen_min_count_times(corpus, lower_case):
+    """Whole words: the graph gives each kept word one id and every other
+    word one [UNK] (never pieces), as the Hugging Face path does; the kept
+    words are those the graph itself finds at least `min_count` times."""
+    for min_count in (1, 2, 5):
+        vocabulary = learn_word_vocabulary(corpus, 10_000, lower_case, min_count=min_count)
+        assert tuple(vocabulary[:4]) == RESERVED_TOKENS
+        assert not any(token.startswith("##") for token in vocabulary)
+        graph = _assert_same_pieces(vocabulary, lower_case, corpus)
+        counts = {}
+        for row in graph:
+            for i in row:
+                counts[i] = counts.get(i, 0) + 1
+        kept = [i for i in counts if i != UNK_ID]
+        assert sorted(kept) == list(range(4, len(vocabulary)))  # each kept word occurs
+        assert min(counts[i] for i in kept) >= min_count
+        # Most frequent first.
+        assert [counts[i] for i in kept] and all(
+            counts[i] >= counts[i + 1] for i in range(4, len(vocabulary) - 1))
+        if min_count == 1:
+            assert UNK_ID not in counts  # every training word is kept
+        held_out = _generated(200, seed=1) + list(UNSEEN) + ["Katzenklappe Hund"]
+        ids = _assert_same_pieces(vocabulary, lower_case, held_out)
+        assert ids[-1][0] == UNK_ID and len(ids[-1]) == 2  # one [UNK] per unknown word
+
+
+def test_word_vocabulary_by_hand_size_and_errors():
+    sentences = ["ein Hund, ein Hund!", "Eine Katze."]
+    vocabulary = learn_word_vocabulary(sentences, 100)
+    assert vocabulary == [*RESERVED_TOKENS, "ein", "hund"]  # ties in code-point order
+    tokenizer = WordPieceTokenizer(vocabulary)
+    ids = tokenizer.tokenize(tf.constant(["eine Katze, ein Hund"]))
+    assert ids.to_list() == [[UNK_ID, UNK_ID, UNK_ID, 4, 5]]
+    assert learn_word_vocabulary(sentences, 100, min_count=1) == [
+        *RESERVED_TOKENS, "ein", "hund", "!", ",", ".", "eine", "katze"]
+    assert learn_word_vocabulary(sentences, 5) == [*RESERVED_TOKENS, "ein"]  # the size caps
+    dataset = tf.data.Dataset.from_tensor_slices(sentences)
+    assert learn_word_vocabulary(dataset, 100) == vocabulary
+    with pytest.raises(ValueError, match="min_count=0"):
+        learn_word_vocabulary(sentences, 100, min_count=0)
+    with pytest.raises(ValueError, match="vocabulary_size=4"):
+        learn_word_vocabulary(sentences, 4)
+    with pytest.raises(ValueError, match="learn_word_vocabulary: sentences is empty"):
+        learn_word_vocabulary([], 100)
+    with pytest.raises(ValueError, match="sentences has no words"):
+        learn_word_vocabulary(["", "  \t "], 100)
 
 
 @pytest.mark.data

@@ -71,7 +71,7 @@ def test_recipe_defaults_name_config_fields(name):
 
 def test_task_only_fields_are_refused_where_unused():
     series = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4)
-    text = dict(ngram_widths=(3, 4), pooling="max")
+    text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2)
     assert set(TASK_FIELDS) == {*series, *text, "ensemble_size"}
     TrainingConfig(task="timeseries", dataset="ucr", ensemble_size=3, **series).validate()
     TrainingConfig(task="classification", dataset="sst2", ensemble_size=3, **text).validate()
@@ -206,6 +206,30 @@ def test_text_files_without_valid_files_hold_out_one_sentence_in_10(tmp_path):
     # A file too small to spare sentences validates on its training text.
     tiny = task.load_data(config.replace(train_files=(write("tiny.tsv", 99),)), tmp_path)
     assert tiny.valid[0] == tiny.train[0] and len(tiny.train[0]) == 99
+
+
+def test_text_task_with_min_word_count_learns_whole_words(tmp_path):
+    """`min_word_count=2`: the vocabulary is the training words seen twice,
+    and a word seen once (in training or only in the test) is one [UNK]."""
+    task = get_task("classification")
+    lines = ["0\tthe cat sat", "1\tthe dog ran", "0\ta cat ran", "1\tzebra dog"] * 30
+    lines += ["0\tonce upon"]  # words seen once
+    path = tmp_path / "train.tsv"
+    path.write_text("".join(line + "\n" for line in lines))
+    config = TrainingConfig(task="classification", dataset="files", train_files=(str(path),),
+                            min_word_count=2)
+    data = task.load_data(config, tmp_path)
+    task.prepare(config, data, tmp_path, write=False)
+    vocabulary = task.tokenizer.vocabulary
+    assert set(vocabulary[4:]) == {"the", "cat", "sat", "dog", "ran", "a", "zebra"}
+    ids = task.tokenizer.tokenize(tf.constant(["the zebra upon scattered"])).to_list()[0]
+    assert [vocabulary[i] for i in ids] == ["the", "zebra", "[UNK]", "[UNK]"]
+    # Word pieces (the default) would cut the unseen word into known pieces.
+    task.prepare(config.replace(min_word_count=0), data, tmp_path, write=False)
+    pieces = task.tokenizer.tokenize(tf.constant(["scattered"])).to_list()[0]
+    assert len(pieces) > 1 and 1 not in pieces
+    with pytest.raises(ValueError, match=re.escape("min_word_count=-1")):
+        config.replace(min_word_count=-1)
 
 
 def test_text_ensemble_size_follows_the_training_set_size():

@@ -166,6 +166,10 @@ class TrainingConfig:
     ngram_widths: tuple = ()
     # Text classification: "mean" or "max" of the encoder output over tokens.
     pooling: str = "mean"
+    # Text classification: n > 0 learns a vocabulary of whole words seen at
+    # least n times in the training text (up to vocabulary_size, the most
+    # frequent first), every other word one [UNK] (Kim 2014); 0: word pieces.
+    min_word_count: int = 0
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -229,6 +233,12 @@ class TrainingConfig:
             raise ValueError(
                 "`ngram_widths` must be a list of positive integers; received "
                 f"ngram_widths={self.ngram_widths!r}."
+            )
+        if (not isinstance(self.min_word_count, int) or isinstance(self.min_word_count, bool)
+                or self.min_word_count < 0):
+            raise ValueError(
+                "`min_word_count` must be a non-negative integer; received "
+                f"min_word_count={self.min_word_count!r}."
             )
         if not isinstance(self.standardize_series, bool):
             raise ValueError(

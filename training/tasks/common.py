@@ -8,7 +8,11 @@ import tensorflow as tf
 
 from keras_transformer.models import get_preset
 from keras_transformer.models.transformer_config import PAD_ID
-from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+from training.tokenizers import (
+    WordPieceTokenizer,
+    learn_word_vocabulary,
+    learn_wordpiece_vocabulary,
+)
 
 
 def preset_config(config, **fixed):
@@ -18,13 +22,20 @@ def preset_config(config, **fixed):
 
 
 def learn_or_load_tokenizer(config, run_dir, texts, write=True):
-    """The run's `vocab/` tokenizer, or one learned from `texts` (saved if `write`)."""
+    """The run's `vocab/` tokenizer, or one learned from `texts` (saved if `write`):
+    word pieces, or whole words where `config.min_word_count` is set."""
     vocab_dir = os.path.join(run_dir, "vocab")
     if os.path.isfile(os.path.join(vocab_dir, "vocab.txt")):
         return WordPieceTokenizer.load(vocab_dir)
-    vocabulary = learn_wordpiece_vocabulary(
-        texts, config.vocabulary_size, lower_case=config.lower_case
-    )
+    if config.min_word_count:  # whole words, the rare ones [UNK] (text classification)
+        vocabulary = learn_word_vocabulary(
+            texts, config.vocabulary_size, lower_case=config.lower_case,
+            min_count=config.min_word_count,
+        )
+    else:
+        vocabulary = learn_wordpiece_vocabulary(
+            texts, config.vocabulary_size, lower_case=config.lower_case
+        )
     tokenizer = WordPieceTokenizer(vocabulary, lower_case=config.lower_case)
     if write:
         tokenizer.save(vocab_dir)

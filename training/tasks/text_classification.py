@@ -39,7 +39,7 @@ class TextClassification(Task):
     name = "classification"
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("ensemble_size", "ngram_widths", "pooling")
+    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count")
     data_fields = ("ensemble_size",)
 
     def recipe_defaults(self):
