@@ -2,7 +2,7 @@
 # %% [markdown]
 # # 2. Text classification: n-grams, attention, and what validates
 #
-# `TransformerClassifier` on sentences of word pieces: token embeddings
+# `TransformerClassifier` on sentences of words: token embeddings
 # plus positions, optionally n-gram convolutions (`NGramConvolution`, the
 # widths 3-5 of Kim's 2014 sentence CNN), N encoder blocks of Section 3.1,
 # the outputs pooled over the real (non-padding) positions, and a small
@@ -15,8 +15,10 @@
 # absent the notebook generates a small sentiment task instead and says so.
 #
 # Training goes through the package's pipeline, `training.train(config,
-# run_dir)`, with the `sst2` preset: the word-piece vocabulary is learned from
-# the training split, batches are padded with id 0, and the paper's Adam
+# run_dir)`, with the `sst2` preset: the vocabulary is learned from the
+# training split (whole words seen at least twice, `min_word_count=2`;
+# every other word is one `[UNK]`, whose embedding so learns from the
+# training text's rare words), batches are padded with id 0, and the paper's Adam
 # settings (Section 5.3) train it, with a small AdamW weight decay and the
 # recipe's learning-rate schedule: a warm-up, then a linear decay to zero
 # at the last planned update (`schedule="auto"`, `training/recipe.py`).
@@ -147,8 +149,8 @@ if SIZE == "small":
 # to look inside it below.
 config = config.replace(checkpoint_every_steps=100_000,  # a short run: epoch checkpoints only
                         ensemble_size=1)
-shown = ("model_preset", "model_overrides", "vocabulary_size", "max_sequence_length",
-         "batch_size", "epochs", "schedule", "learning_rate", "warmup_steps",
+shown = ("model_preset", "model_overrides", "vocabulary_size", "min_word_count",
+         "max_sequence_length", "batch_size", "epochs", "schedule", "learning_rate", "warmup_steps",
          "weight_decay", "ngram_widths", "pooling", "ensemble_size")  # fmt: skip
 print({k: v for k, v in config.to_dict().items() if k in shown})
 
@@ -167,9 +169,9 @@ print({k: metrics["plan"][k] for k in ("peak_learning_rate", "warmup_steps", "to
 # %%
 run = load_run(RUN)
 model, tokenizer = run.model, run.tokenizer
-print(f"vocabulary: {tokenizer.vocabulary_size} word pieces; parameters: {model.count_params():,}")
+print(f"vocabulary: {tokenizer.vocabulary_size} words; parameters: {model.count_params():,}")
 print(
-    "pieces of a sentence:",
+    "tokens of a sentence:",
     [tokenizer.vocabulary[i] for i in tokenizer.tokenize(["an unforgettable film"])[0].numpy()],
 )
 
