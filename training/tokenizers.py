@@ -210,8 +210,7 @@ def learn_word_vocabulary(
     tokenizer = _huggingface_wordpiece()
     counts = collections.Counter()
     for text in texts:
-        normalized = tokenizer.normalizer.normalize_str(text)
-        counts.update(word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized))
+        counts.update(_words(tokenizer, text))
     if not counts:
         raise ValueError(
             f"sentences has no words: its {len(texts)} sentences are blank."
@@ -247,17 +246,16 @@ def _alphabet(tokenizer, texts):
     control characters) are neither. `tokenizer` decides, as it will when
     training: a character joins a word if "a" and it stay one word.
     """
-
-    def words(text):
-        normalized = tokenizer.normalizer.normalize_str(text)
-        return [
-            word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized)
-        ]
-
     characters = sorted(set("".join(texts)))
-    starts = [char for char in characters if words(char) == [char]]
-    joins = [char for char in characters if words("a" + char) == ["a" + char]]
+    starts = [char for char in characters if _words(tokenizer, char) == [char]]
+    joins = [char for char in characters if _words(tokenizer, "a" + char) == ["a" + char]]
     return starts + ["##" + char for char in joins]
+
+
+def _words(tokenizer, text):
+    """The words of `text` as `tokenizer` (`_huggingface_wordpiece`) splits it."""
+    normalized = tokenizer.normalizer.normalize_str(text)
+    return [word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized)]
 
 
 def _text_ids(ids, vocabulary_size):
