@@ -1,6 +1,7 @@
 """The adaptive recipe: peak learning rate, warm-up share, annealed schedule, budget plan."""
 
 import math
+import time
 
 import keras
 import numpy as np
@@ -165,7 +166,6 @@ def test_disable_dropout_turns_every_rate_off():
 
 
 def test_a_budgeted_plan_is_revised_from_the_measured_pace():
-    import time
     from types import SimpleNamespace
 
     from training.train import _replan
@@ -176,7 +176,8 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace():
     timer = budget.StepTimer()
     timer.times = list(np.cumsum([0.0] + [0.05] * 20))  # 0.05 s per update
     checkpoint = SimpleNamespace(step=50, save_seconds=[])
-    deadline = SimpleNamespace(deadline=time.time() + 20.0)
+    deadline = budget.Deadline(time.time() + 20.0)
+    deadline.keep(0.0, 2.0)  # a stop's validation is planned for by the plan itself
     assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
     # ~19.2 s usable at 0.05 s an update plus a 2 s validation every 50
     # updates (0.09 s an update) and one at the end: 173 more.
@@ -189,5 +190,41 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace():
     timer.times = list(np.cumsum([0.0] + [0.5] * 20))
     assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
     assert plan["total_steps"] - 50 < 40
-    deadline.deadline = time.time()
+    deadline = budget.Deadline(time.time())
     assert not _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
+
+
+class _Slow(keras.callbacks.Callback):
+    """Each update takes `step` seconds, each validation `validation` seconds."""
+
+    def __init__(self, step, validation):
+        super().__init__()
+        self.step, self.validation = step, validation
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.step)
+
+    def on_test_begin(self, logs=None):
+        time.sleep(self.validation)
+
+
+def test_a_deadline_stop_leaves_the_epoch_end_validation_inside_the_budget():
+    """`fit` validates the epoch that the deadline stopped: with that
+    validation kept back, the stopped fit returns before the run's end;
+    without it (the deadline at the end itself) it returns late."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+    x, y = np.zeros((400, 2), "float32"), np.zeros((400, 1), "float32")
+    slow = _Slow(step=0.01, validation=1.0)
+
+    def stopped_fit(seconds_after_stop):
+        started = time.time()
+        deadline = budget.Deadline(started + 2.5)
+        deadline.keep(0.0, seconds_after_stop)
+        model.fit(x, y, batch_size=1, epochs=1, validation_data=(x[:2], y[:2]),
+                  callbacks=[deadline, slow], verbose=0)
+        assert deadline.hit  # 400 updates take 4 s: the deadline stopped the epoch
+        return time.time() - deadline.end
+
+    assert stopped_fit(seconds_after_stop=1.3) < 0  # kept back: on time
+    assert stopped_fit(seconds_after_stop=0.0) > 0.5  # the old stop: late by the validation

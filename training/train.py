@@ -215,7 +215,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 )
             plan["planned"] = True
             if deadline is not None:  # the final evaluation keeps its time
-                deadline.deadline -= plan["seconds_reserved_for_final"]
+                deadline.keep(plan["seconds_reserved_for_final"], plan["seconds_per_validation"])
         plan["num_layers"] = int(preset_config(config).num_layers)
         if _is_chief():
             write_hparams(logs_dir, config)
@@ -259,7 +259,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 _, final = task.time_evaluation(
                     config, model, data, validation_score, plan["seconds_per_validation"], plan
                 )
-                deadline.deadline = watch.started_at + 60 * config.time_budget_minutes - final
+                deadline.keep(final, plan["seconds_per_validation"])
                 plan["seconds_reserved_for_final"] = round(final, 1)
                 if _replan(config, plan, schedule, timer, deadline, checkpoint,
                            steps_per_epoch, max_steps) and progress is not None:
@@ -313,16 +313,16 @@ def _disable_dropout(model):
 def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch, max_steps):
     """Revises the budgeted plan from the last epoch's pace; True if it changed.
 
-    The updates left are what fits before the deadline (which already keeps
-    the final evaluation's time) at the measured step time; the schedule
-    still ends annealed at the new last update.
+    The updates left are what fits before the final evaluation's time (the
+    plan counts the last validation itself) at the measured step time; the
+    schedule still ends annealed at the new last update.
     """
     if config.schedule != "auto" or len(timer.durations()) < 6:
         return False
     step = int(checkpoint.step)
     seconds_per_step = _seconds_per_update(config, timer, _seconds_per_save(checkpoint))
     total = budget.plan_total_steps(
-        deadline.deadline - time.time(), seconds_per_step, steps_per_epoch, step,
+        deadline.seconds_to_final(), seconds_per_step, steps_per_epoch, step,
         plan["seconds_per_validation"], 0.0, max_steps,
     )
     # plan_total_steps gives at least 2 more: no time left is not a plan.
