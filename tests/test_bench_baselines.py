@@ -60,3 +60,30 @@ def test_ucr_figures_of_the_data_readme(shared_data, name, expected):
     """The 1-NN accuracies ucr/SOURCE.txt lists, to its 3 decimals."""
     accuracy = ucr_nearest_neighbour_accuracy(shared_data / "ucr", name)
     assert round(accuracy, 3) == expected
+
+
+def test_text_folds_partition_the_file_and_keep_latin1_lines_whole(tmp_path):
+    """bench_text_recipe's folds: each line tests in exactly one fold and
+    trains in the other nine; a Latin-1 byte 0x85 (U+0085, which
+    str.splitlines would take for a line break) stays inside its line;
+    a line holding only a label keeps an empty text."""
+    import bench_text_recipe
+
+    from training.text_files import read_classification
+
+    lines = [f"{i % 2} sentence number {i}" for i in range(23)]
+    lines[5] = "1 caf\xe9 \x85 and more"
+    lines[8] = "0"
+    (tmp_path / "rt-polarity.all").write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    expected = [(line.split(None, 1) + [""])[:2] for line in lines]
+    tested = []
+    for fold in range(bench_text_recipe.FOLDS):
+        train, test = bench_text_recipe.fold_files("MR", fold, tmp_path, tmp_path)
+        train_texts, train_labels, _ = read_classification(train)
+        test_texts, test_labels, names = read_classification(test)
+        assert len(train_texts) + len(test_texts) == len(lines)
+        rows = [[names[y], t] for t, y in zip(test_texts, test_labels, strict=True)]
+        assert rows == [expected[i] for i in range(fold, len(lines), bench_text_recipe.FOLDS)]
+        tested += rows
+    assert sorted(map(tuple, tested)) == sorted(map(tuple, expected))
+    assert ["1", "caf\xe9 \x85 and more"] in tested
