@@ -8,8 +8,8 @@ CR (`custrev.all`) and MPQA.  They have no split; Kim reports 10-fold
 cross-validation.  Here one fold tests: every 10th line (the files are
 sorted by label, so the fold keeps the class balance), and the other nine
 train (every 10th of those validates, as the preset does for any file
-without `valid_files`).  `--folds K` runs the first K folds (line i tests
-in fold i % 10).  The fold files are written, as `label<TAB>text`, to a
+without `valid_files`).  `--folds 0 1 ...` picks the folds (line i
+tests in fold i % 10).  The fold files are written, as `label<TAB>text`, to a
 temporary folder; the project keeps no copy.
 
 Each run is what a user types:
@@ -103,19 +103,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--names", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--config", default="text_classification")
-    parser.add_argument("--folds", type=int, default=1, help="the first K of the 10 folds")
+    parser.add_argument("--folds", nargs="+", type=int, default=[0],
+                        help=f"which of the folds 0..{FOLDS - 1} test")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="passed on to every run")
     parser.add_argument("--folder", default=FOLDER)
     parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args()
-    if not 1 <= args.folds <= FOLDS:
-        raise SystemExit(f"--folds must be in 1..{FOLDS}; received --folds={args.folds}.")
+    for fold in args.folds:
+        if not 0 <= fold < FOLDS:
+            raise SystemExit(f"--folds takes folds 0..{FOLDS - 1}; received --folds {fold}.")
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for name in args.names:
-            for fold in range(args.folds):
+            for fold in args.folds:
                 train, test = fold_files(name, fold, args.folder, work)
                 for seed in args.seeds:
                     row = run(name, fold, train, test, args.config, seed, args.overrides)
