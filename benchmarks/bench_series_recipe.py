@@ -21,11 +21,6 @@ import argparse
 import glob
 import json
 import os
-import resource
-import subprocess
-import sys
-import tempfile
-import time
 
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
 from baselines import INCEPTION_TIME_UCR128, nearest_neighbour_accuracy
@@ -58,18 +53,7 @@ def nearest_neighbour(train, test):
 
 def run(name, train, test, config, seed):
     """{set, test_accuracy, seconds, ...} of one `python3 -m training train` run."""
-    with tempfile.TemporaryDirectory() as run_dir:
-        command = [sys.executable, "-m", "training", "train", "--config", config,
-                   "--run-dir", run_dir, "--set", f"train_files={json.dumps([train])}",
-                   "--set", f"test_files={json.dumps([test])}", "--set", f"seed={seed}"]
-        start, cpu = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(command, check=True, cwd=common.REPO_ROOT, stdout=subprocess.DEVNULL)
-        seconds = time.time() - start
-        used = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # CPU seconds too: a shared machine's load (or a pause) stretches the wall clock.
-        cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
-        with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
-            metrics = json.load(f)
+    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed)
     x, _, names = read_ucr(train)
     return {
         "set": name, "seed": seed, "config": config,

@@ -31,11 +31,7 @@ Usage (from the repository root):
 import argparse
 import json
 import os
-import resource
-import subprocess
-import sys
 import tempfile
-import time
 
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
 from baselines import KIM_2014_CNN_RAND
@@ -75,19 +71,7 @@ def fold_files(name, fold, folder, work):
 
 def run(name, fold, train, test, config, seed, overrides):
     """{set, fold, test_accuracy, seconds, ...} of one `python3 -m training train` run."""
-    with tempfile.TemporaryDirectory() as run_dir:
-        command = [sys.executable, "-m", "training", "train", "--config", config,
-                   "--run-dir", run_dir, "--set", f"train_files={json.dumps([train])}",
-                   "--set", f"test_files={json.dumps([test])}", "--set", f"seed={seed}"]
-        for item in overrides:
-            command += ["--set", item]
-        start, cpu = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(command, check=True, cwd=common.REPO_ROOT, stdout=subprocess.DEVNULL)
-        seconds = time.time() - start
-        used = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
-        with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
-            metrics = json.load(f)
+    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed, overrides)
     return {
         "set": name, "fold": fold, "seed": seed, "config": config, "overrides": overrides,
         "test_accuracy": metrics["test_accuracy"],

@@ -202,3 +202,31 @@ def peak_rss_mib():
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def train_on_files(config, train, test, seed, overrides=()):
+    """(metrics.json, wall seconds, CPU seconds) of the command a user types:
+
+        python3 -m training train --config CONFIG --run-dir RUN \\
+            --set 'train_files=["TRAIN"]' --set 'test_files=["TEST"]' --set seed=N
+
+    plus `--set ITEM` for each of `overrides`, in a temporary run folder.
+    CPU seconds too: a shared machine's load (or a pause) stretches the wall clock.
+    """
+    import resource
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        command = [sys.executable, "-m", "training", "train", "--config", config,
+                   "--run-dir", run_dir, "--set", f"train_files={json.dumps([train])}",
+                   "--set", f"test_files={json.dumps([test])}", "--set", f"seed={seed}"]
+        for item in overrides:
+            command += ["--set", item]
+        start, cpu = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(command, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        seconds = time.time() - start
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
+        with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
+            return json.load(f), seconds, cpu_seconds
