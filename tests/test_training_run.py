@@ -295,6 +295,46 @@ def test_no_training_starts_once_the_budget_is_spent(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeypatch):
+    """Once the deadline fallback stops a `fit`, the run neither re-times its
+    final evaluation nor trains again: it evaluates.  Re-timing first (a
+    validation decode) put a 60-minute run 0.7 s past its budget."""
+    from training import budget
+    from training.tasks import get_task
+
+    made, hit_when_timed = [], []
+
+    class StopsInTheFirstEpoch(budget.Deadline):
+        def __init__(self, end):
+            super().__init__(end)
+            self.batches = 0
+            made.append(self)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches += 1
+            if self.batches == 2:  # the fallback fires mid-epoch
+                self.hit = True
+                self.model.stop_training = True
+
+    task_class = type(get_task("translation"))
+    time_evaluation = task_class.time_evaluation
+
+    def recorded(self, *args, **kwargs):
+        hit_when_timed.append(any(d.hit for d in made))
+        return time_evaluation(self, *args, **kwargs)
+
+    monkeypatch.setattr(budget, "Deadline", StopsInTheFirstEpoch)
+    monkeypatch.setattr(task_class, "time_evaluation", recorded)
+    config = load_config("tiny", FAST + ["epochs=1000", "time_budget_minutes=5"])
+    metrics = train(config, tmp_path / "run", verbose=0)
+    assert metrics["stopped_by_deadline"] and len(made) == 1
+    assert hit_when_timed and not any(hit_when_timed), hit_when_timed  # planning only
+    assert len(metrics["history"]["loss"]) == 1, metrics["history"]  # no fit after the stop
+    assert metrics["steps"] < metrics["plan"]["total_steps"]
+    assert "test_bleu_greedy" in metrics
+
+
+@pytest.mark.slow
 def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path):
     """The whole run fits its budget, the plan's last update has rate 0, and
     the validation score recorded per epoch rises."""

@@ -253,6 +253,12 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 history.setdefault(key, []).extend(values)
             if checkpoint.step >= plan["total_steps"]:
                 break  # the plan is done: no revision extends a finished run
+            if deadline is not None and deadline.hit:
+                # Stopped by the deadline fallback: straight to the final
+                # evaluation.  Re-timing it first (a validation decode, 4 s on
+                # Multi30k) is time the budget no longer has: a 60-minute run
+                # wrote its metrics.json 0.7 s late that way.
+                break
             if timer is not None:
                 # The final evaluation's cost, re-estimated with the model as
                 # it is now (an untrained one decodes to the length limit).
