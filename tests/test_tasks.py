@@ -233,7 +233,7 @@ def test_text_task_with_min_word_count_learns_whole_words(tmp_path):
 
 
 def test_text_ensemble_size_follows_the_training_set_size():
-    """A null `ensemble_size` gives ten classifiers up to 10,000 training
+    """A null `ensemble_size` gives five classifiers up to 10,000 training
     sentences and one above; a size the user gives is kept."""
     from training.data import TaskData
     from training.tasks import text_classification as text
@@ -246,8 +246,8 @@ def test_text_ensemble_size_follows_the_training_set_size():
                                 ensemble_size=ensemble_size)
         return task.resolve_config(config, TaskData(split, split, split, ["0"])).ensemble_size
 
-    assert text.ENSEMBLE_MAX_SENTENCES == 10_000 and text.ENSEMBLE_SIZE == 10
-    assert resolved(6_920) == resolved(10_000) == 10
+    assert text.ENSEMBLE_MAX_SENTENCES == 10_000 and text.ENSEMBLE_SIZE == 5
+    assert resolved(6_920) == resolved(10_000) == 5
     assert resolved(10_001) == 1
     assert resolved(6_920, ensemble_size=1) == 1 and resolved(20_000, ensemble_size=3) == 3
 

@@ -144,7 +144,7 @@ config = load_config("sst2").replace(
 if SIZE == "small":
     small_model = {"hidden_dim": 32, "num_heads": 4, "intermediate_dim": 64, "num_layers": 1}
     config = config.replace(epochs=2, vocabulary_size=4000, model_overrides=small_model)
-# On at most 10,000 training sentences the preset trains ten classifiers and
+# On at most 10,000 training sentences the preset trains five classifiers and
 # answers with their mean (`ensemble_size` null); this notebook trains one,
 # to look inside it below.
 config = config.replace(checkpoint_every_steps=100_000,  # a short run: epoch checkpoints only
