@@ -168,4 +168,20 @@ history = classifier.fit(tokens, labels, batch_size=8, epochs=6, verbose=0).hist
 assert np.all(np.isfinite(history)) and history[-1] < 0.5 * history[0], history
 figures["ngram_classifier_padding_diff"] = padding_diff
 figures["ngram_classifier_loss_first_last"] = [history[0], history[-1]]
+
+# Kim's form (no block), trained with mixup of its pooled features: the
+# training call returns lam beside the logits, and the model still learns.
+mixed = TransformerClassifier(
+    num_classes=2, vocabulary_size=12, num_layers=0, hidden_dim=8, num_heads=2,
+    intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
+    pooling="max", mixup_alpha=0.4,
+)
+assert tuple(mixed(tokens, training=True).shape) == (16, 3)
+mixed.compile(keras.optimizers.Adam(1e-2),
+              keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+mixed.fit(tokens, labels, batch_size=8, epochs=10, verbose=0)
+mixed_accuracy = mixed.evaluate(tokens, labels, verbose=0, return_dict=True)["accuracy"]
+assert mixed_accuracy == 1.0, mixed_accuracy
+figures["mixup_classifier_accuracy"] = mixed_accuracy
 print(json.dumps(figures))

@@ -8,8 +8,9 @@ validation, `Task.time_evaluation`, then plan.json, which the resumed run
 reuses); text classification trains for its epochs.  The series run is a
 two-member `ClassifierEnsemble` (`ensemble_size=2`), the text run one
 `TransformerClassifier` with n-gram convolutions and max pooling before and
-after its attention, on a whole-word vocabulary (`min_word_count`): both
-kinds of classifier keep the contract.
+after its attention, on a whole-word vocabulary (`min_word_count`), trained
+with mixup of its pooled features (`mixup_alpha`): both kinds of classifier
+keep the contract.
 One test over `training.tasks.TASKS`: a new trained task is checked by
 adding its tiny config below.
 """
@@ -65,7 +66,8 @@ def _setup(name, directory):
         overrides = ["task=classification", "dataset=files", f'train_files=["{path}"]',
                      "batch_size=8", "max_sequence_length=16", "label_smoothing=0.0",
                      "ngram_widths=[2,3]", "pooling=max",  # the text presets' front end
-                     "min_word_count=2"]  # and their whole-word vocabulary
+                     "min_word_count=2",  # and their whole-word vocabulary
+                     "mixup_alpha=0.4"]  # mixed pooled features: a (B, K + 1) training output
         inputs = SENTENCES[:5] + ["", "rain 😀 and unknown words"]
     else:
         train_path, test_path = _write_series(directory)

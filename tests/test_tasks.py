@@ -70,12 +70,13 @@ def test_recipe_defaults_name_config_fields(name):
 
 
 def test_task_only_fields_are_refused_where_unused():
-    series = dict(patch_length=4, patch_stride=1, standardize_series=True, mixup_alpha=0.4)
+    series = dict(patch_length=4, patch_stride=1, standardize_series=True)
     text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2)
-    assert set(TASK_FIELDS) == {*series, *text, "ensemble_size"}
-    TrainingConfig(task="timeseries", dataset="ucr", ensemble_size=3, **series).validate()
-    TrainingConfig(task="classification", dataset="sst2", ensemble_size=3, **text).validate()
-    refused = [("translation", "toy", {**series, **text, "ensemble_size": 3}),
+    both = dict(ensemble_size=3, mixup_alpha=0.4)  # the two classifier tasks
+    assert set(TASK_FIELDS) == {*series, *text, *both}
+    TrainingConfig(task="timeseries", dataset="ucr", **both, **series).validate()
+    TrainingConfig(task="classification", dataset="sst2", **both, **text).validate()
+    refused = [("translation", "toy", {**series, **text, **both}),
                ("classification", "sst2", series), ("timeseries", "ucr", text)]
     for name, dataset, fields in refused:
         for field, value in fields.items():

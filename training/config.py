@@ -154,7 +154,9 @@ class TrainingConfig:
     patch_stride: int | None = None
     # Time series: each series to mean 0, std 1 over time, per feature, in the model.
     standardize_series: bool = False
-    # Time series: mixup's Beta(alpha, alpha) on every training batch (0: none).
+    # Classification: mixup with lam ~ Beta(alpha, alpha) (0: none). Series
+    # are mixed as they are, on every training batch; sentences, whose tokens
+    # cannot be mixed, by their pooled features (`TransformerClassifier`).
     mixup_alpha: float = 0.0
     # Classification: k > 1 trains k independently initialised classifiers
     # side by side, each on its own loss, and answers with their mean

@@ -5,7 +5,11 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.models.transformer_classifier import class_probabilities
+from keras_transformer.models.transformer_classifier import (
+    class_probabilities,
+    is_mixed,
+    mixup_loss,
+)
 
 
 def mean_probability_logits(member_logits, num_classes):
@@ -40,8 +44,10 @@ class ClassifierEnsemble(keras.Model):
     model so that one `fit`, one checkpoint and one export hold them all.
 
     - Training (`training=True`): the call returns the members' logits
-      `(B, k, K)`; `compute_loss` is the mean of the compiled loss of each
-      member, so that member i's gradients are the ones it would get alone,
+      `(B, k, K)`, or `(B, k, K + 1)` with each member's mixup lam when they
+      mix (`TransformerClassifier(mixup_alpha=...)`); `compute_loss` is the
+      mean of the compiled loss of each member, so that member i's
+      gradients are the ones it would get alone,
       divided by k (Adam's steps do not change with that scale).  Training
       the mean prediction instead couples the members and loses most of the
       gain of an ensemble.  Training metrics see the ensemble's answer.
@@ -89,6 +95,12 @@ class ClassifierEnsemble(keras.Model):
                         f"`members` must share `{name}`; received {name}="
                         f"{getattr(members[0], name)!r} and {getattr(member, name)!r}."
                     )
+        alphas = {float(getattr(m, "mixup_alpha", 0.0)) for m in members}
+        if len(alphas) > 1:
+            raise ValueError(
+                "`members` must share `mixup_alpha` (their training outputs are stacked); "
+                f"received mixup_alpha values {sorted(alphas)}."
+            )
         super().__init__(**kwargs)
         self.members = members
         self.num_classes = members[0].num_classes
@@ -120,12 +132,18 @@ class ClassifierEnsemble(keras.Model):
         parent = super(ClassifierEnsemble, self)  # noqa: UP008
         if y_pred is None or len(y_pred.shape) != 3:
             return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
-        losses = [parent.compute_loss(x, y, y_pred[:, i], sample_weight, training=training)
-                  for i in range(self.size)]
+        losses = [
+            mixup_loss(parent.compute_loss, x, y, y_pred[:, i], sample_weight, training)
+            if is_mixed(y_pred, self.num_classes)
+            else parent.compute_loss(x, y, y_pred[:, i], sample_weight, training=training)
+            for i in range(self.size)
+        ]
         return ops.mean(ops.stack(losses))
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if len(y_pred.shape) == 3:
+            if is_mixed(y_pred, self.num_classes):
+                y_pred = y_pred[..., :-1]  # each member's logits, without its lam
             y_pred = mean_probability_logits(y_pred, self.num_classes)
         return super(ClassifierEnsemble, self).compute_metrics(  # noqa: UP008 (AutoGraph)
             x, y, y_pred, sample_weight=sample_weight

@@ -1,5 +1,7 @@
 """An encoder-only Transformer classifier for token or numeric sequences."""
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -36,6 +38,35 @@ def class_probabilities(logits, num_classes):
     if num_classes == 1:
         return ops.sigmoid(logits)
     return ops.softmax(logits, axis=-1)
+
+
+def mixup_lambda(batch_size, alpha, seed):
+    """float32 `(B,)`: lam ~ Beta(alpha, alpha), folded to [0.5, 1] so that
+    each example stays the main one of its mix."""
+    lam = keras.random.beta((batch_size,), alpha, alpha, dtype="float32", seed=seed)
+    return ops.maximum(lam, 1.0 - lam)
+
+
+def is_mixed(y_pred, num_classes):
+    """Whether `y_pred` is a mixup training output: logits and lam, `(..., K + 1)`."""
+    return y_pred is not None and y_pred.shape[-1] == num_classes + 1
+
+
+def mixup_loss(compute_loss, x, y, y_pred, sample_weight=None, training=True):
+    """The loss of a mixup training output `(B, K + 1)` (logits, lam):
+    mean_i lam_i L(y_i) + (1 - lam_i) L(y_{B-1-i}), each term times the
+    example's sample weight, from `compute_loss` (a `Model.compute_loss`).
+
+    Both terms go through the compiled loss as sample weights; they are
+    doubled and the sum halved so that the model's own losses (weight
+    regularisers), which each call adds once, count once.
+    """
+    logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
+    weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
+    own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
+    partner = compute_loss(x, ops.flip(y, axis=0), logits, 2.0 * (1.0 - lam) * weight,
+                           training=training)
+    return 0.5 * (own + partner)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -89,6 +120,15 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         ngram_widths: widths of the n-gram convolutions before the encoder
             (e.g. `(3, 4, 5)`); None or `()`: none.
         pooling: `"mean"` or `"max"` over the real positions.
+        mixup_alpha: mixup of the pooled features while training (0: none),
+            as Guo et al. (2019) for sentences, whose tokens cannot be
+            mixed: each example's pooled features are mixed with those of
+            its mirror in the batch (example i with B-1-i) by
+            lam ~ Beta(alpha, alpha) folded to [0.5, 1], and its loss is
+            lam times the loss on its own label plus 1 - lam times the loss
+            on its partner's (`compute_loss`).  The training call then
+            returns `(B, num_classes + 1)`: the logits and lam.  Inference
+            is unchanged.
 
     `num_layers=0` leaves the encoder out: the embeddings are pooled
     directly, a bag-of-words baseline to compare attention with; with
@@ -127,6 +167,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         standardize_series=False,
         ngram_widths=None,
         pooling="mean",
+        mixup_alpha=0.0,
         dtype=None,
         **kwargs,
     ):
@@ -152,6 +193,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_divisible("hidden_dim", hidden_dim, "num_heads", num_heads)
         check_choice("positions", positions, ("sinusoidal", "learned"))
         check_choice("pooling", pooling, ("mean", "max"))
+        if isinstance(mixup_alpha, bool) or not isinstance(mixup_alpha, numbers.Real) or (
+            not mixup_alpha >= 0 or mixup_alpha == float("inf")
+        ):
+            raise ValueError(
+                f"`mixup_alpha` must be a finite number >= 0; received mixup_alpha={mixup_alpha!r}."
+            )
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
@@ -234,35 +281,18 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
         # === Functional model ===
+        self.vocabulary_size = vocabulary_size  # token or numeric input (_pooled_features)
         if vocabulary_size is not None:
             inputs = keras.Input((None,), dtype="int32", name="token_ids")
-            mask = padding_mask(inputs)
-            x = self.embedding(inputs)
         else:
             inputs = keras.Input((None, num_features), dtype="float32", name="features")
-            mask = None
-            x = inputs
-            if self.series_norm is not None:
-                x = self.series_norm(x)  # (B, T, F): mean 0, std 1 over T
-            if self.patches is not None:
-                x = self.patches(x)  # (B, ceil(T/p), p*F)
-            x = self.feature_projection(x)  # (B, T', d): T' tokens
-            x = x + self.position_encoding(x)
-        if self.ngram_convolution is not None:
-            x = self.ngram_convolution(x, mask=mask)
-        x = self.embedding_dropout(x)
-        for block in self.encoder_blocks:
-            x = block(x, mask=mask)
-        if self.encoder_norm is not None:
-            x = self.encoder_norm(x)
-        x = self.pooling(x, mask=mask)  # (B, d)
-        x = self.head_dropout(self.head_hidden(x))
-        outputs = self.logits_cast(self.head_output(x))  # (B, num_classes)
+        outputs = self._head(self._pooled_features(inputs))  # (B, num_classes)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+        self.mixup_alpha = float(mixup_alpha)
+        self.mixup_seed = keras.random.SeedGenerator() if mixup_alpha else None
 
         # === Config ===
         self.num_classes = num_classes
-        self.vocabulary_size = vocabulary_size
         self.num_features = num_features
         self.num_layers = num_layers
         self.hidden_dim = hidden_dim
@@ -281,13 +311,64 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.ngram_widths = ngram_widths
         self.pooling_mode = pooling
 
+    def _pooled_features(self, inputs):
+        """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
+        if self.vocabulary_size is not None:
+            mask = padding_mask(inputs)
+            x = self.embedding(inputs)
+        else:
+            mask = None
+            x = inputs
+            if self.series_norm is not None:
+                x = self.series_norm(x)  # (B, T, F): mean 0, std 1 over T
+            if self.patches is not None:
+                x = self.patches(x)  # (B, ceil(T/p), p*F)
+            x = self.feature_projection(x)  # (B, T', d): T' tokens
+            x = x + self.position_encoding(x)
+        if self.ngram_convolution is not None:
+            x = self.ngram_convolution(x, mask=mask)
+        x = self.embedding_dropout(x)
+        for block in self.encoder_blocks:
+            x = block(x, mask=mask)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return self.pooling(x, mask=mask)  # (B, d)
+
+    def _head(self, x):
+        """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
+        x = self.head_dropout(self.head_hidden(x))
+        return self.logits_cast(self.head_output(x))
+
     def call(self, inputs, training=None, mask=None, **kwargs):
         # Validate before the functional graph casts float ids to int32.
         if self.vocabulary_size is not None:
             check_token_ids("token_ids", inputs)
+        if training and self.mixup_alpha:
+            # Run by the layers themselves: the mixing sits between the
+            # graph's pooling and its head.  The call context carries
+            # training=True to the dropouts.
+            pooled = self._pooled_features(inputs)
+            lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
+            weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
+            mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)
+            logits = self._head(mixed)
+            return ops.concatenate([logits, ops.expand_dims(lam, -1)], axis=-1)
         # Explicit class: AutoGraph cannot resolve zero-argument super().
         return super(TransformerClassifier, self).call(  # noqa: UP008 (AutoGraph)
             inputs, training=training, mask=mask, **kwargs
+        )
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        parent = super(TransformerClassifier, self)  # noqa: UP008 (AutoGraph)
+        if is_mixed(y_pred, self.num_classes):
+            return mixup_loss(parent.compute_loss, x, y, y_pred, sample_weight, training)
+        return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if is_mixed(y_pred, self.num_classes):
+            y_pred = y_pred[..., :-1]  # accuracy against each example's own (main) label
+        return super(TransformerClassifier, self).compute_metrics(  # noqa: UP008 (AutoGraph)
+            x, y, y_pred, sample_weight=sample_weight
         )
 
     @property
@@ -322,6 +403,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "standardize_series": self.standardize_series,
             "ngram_widths": list(self.ngram_widths),
             "pooling": self.pooling_mode,
+            "mixup_alpha": self.mixup_alpha,
         }
 
     @classmethod

@@ -39,7 +39,7 @@ class TextClassification(Task):
     name = "classification"
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count")
+    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "mixup_alpha")
     data_fields = ("ensemble_size",)
 
     def recipe_defaults(self):
@@ -120,8 +120,10 @@ class TextClassification(Task):
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
+        # Mixup of the pooled sentence features, in the model (`mixup_alpha`).
         return classifiers.build_classifier(
-            config, data, vocabulary_size=self.tokenizer.vocabulary_size
+            config, data, vocabulary_size=self.tokenizer.vocabulary_size,
+            mixup_alpha=config.mixup_alpha,
         )
 
     def loss_and_metrics(self, config):
