@@ -132,7 +132,10 @@ for text, label in list(zip(texts, labels, strict=True))[:4]:
 # epochs; in full mode the preset trains as it is. The schedule fields left at `None`
 # (peak learning rate, warm-up, weight decay) are set by the recipe from the
 # model width, the batch and the planned updates; the run records them in
-# `plan.json` (and `metrics["plan"]`).
+# `plan.json` (and `metrics["plan"]`). While training, each sentence's pooled
+# features are mixed with another's, and its loss with that sentence's label,
+# by the same random share (`mixup_alpha`, Guo et al. 2019); predictions are
+# made on unmixed sentences.
 
 # %%
 config = load_config("sst2").replace(
@@ -151,7 +154,7 @@ config = config.replace(checkpoint_every_steps=100_000,  # a short run: epoch ch
                         ensemble_size=1)
 shown = ("model_preset", "model_overrides", "vocabulary_size", "min_word_count",
          "max_sequence_length", "batch_size", "epochs", "schedule", "learning_rate", "warmup_steps",
-         "weight_decay", "ngram_widths", "pooling", "ensemble_size")  # fmt: skip
+         "weight_decay", "ngram_widths", "pooling", "mixup_alpha", "ensemble_size")  # fmt: skip
 print({k: v for k, v in config.to_dict().items() if k in shown})
 
 # %%
