@@ -102,6 +102,10 @@ def test_files_of_at_most_64_series_train_an_ensemble_of_five():
     model = task.build_model(resolved, _data())
     assert isinstance(model, ClassifierEnsemble) and model.size == 5
     task.check_model(model)
+    # The preset's mixup (0.4) mixes series in the data pipeline, so the
+    # models do not mix their pooled features as well (the text task's way).
+    assert resolved.mixup_alpha == 0.4
+    assert [m.mixup_alpha for m in model.members] == [0.0] * 5
     one = task.resolve_config(load_config("timeseries", ["ensemble_size=1"]), _data())
     assert isinstance(task.build_model(one, _data()), TransformerClassifier)
     with pytest.raises(ValueError, match="received ensemble_size=0"):
