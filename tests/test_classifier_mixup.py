@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
-from keras_transformer.models.transformer_classifier import mixup_lambda, mixup_loss
+from keras_transformer.models.transformer_classifier import (
+    classifier_loss,
+    mixup_lambda,
+)
 from training.losses import SparseSmoothedCrossentropy
 
 
@@ -98,7 +101,7 @@ def test_model_losses_count_once():
         return keras.ops.mean(weight * keras.ops.cast(y, "float32")) + 5.0  # + model losses
     y = np.array([1.0, 2.0, 3.0, 4.0], "float32")
     y_pred = np.concatenate([np.zeros((4, 2)), np.full((4, 1), 0.75)], -1).astype("float32")
-    got = float(mixup_loss(compute_loss, None, y, y_pred))
+    got = float(classifier_loss(compute_loss, None, y, y_pred, num_classes=2))
     np.testing.assert_allclose(got, np.mean(0.75 * y + 0.25 * y[::-1]) + 5.0, rtol=1e-6)
 
 

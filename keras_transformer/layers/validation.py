@@ -19,6 +19,17 @@ def check_rate(name, value):
     return float(value)
 
 
+def check_non_negative(name, value):
+    """A finite real number >= 0 (e.g. a Beta distribution's alpha, 0 for none)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+        0 <= value < float("inf")
+    ):
+        raise ValueError(
+            f"`{name}` must be a finite number >= 0; received {name}={value!r}."
+        )
+    return float(value)
+
+
 def check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(

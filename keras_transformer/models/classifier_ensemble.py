@@ -7,8 +7,8 @@ from keras import ops
 
 from keras_transformer.models.transformer_classifier import (
     class_probabilities,
-    is_mixed,
-    mixup_loss,
+    classifier_loss,
+    unmixed_logits,
 )
 
 
@@ -132,19 +132,16 @@ class ClassifierEnsemble(keras.Model):
         parent = super(ClassifierEnsemble, self)  # noqa: UP008
         if y_pred is None or len(y_pred.shape) != 3:
             return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
-        losses = [
-            mixup_loss(parent.compute_loss, x, y, y_pred[:, i], sample_weight, training)
-            if is_mixed(y_pred, self.num_classes)
-            else parent.compute_loss(x, y, y_pred[:, i], sample_weight, training=training)
-            for i in range(self.size)
-        ]
+        losses = [classifier_loss(parent.compute_loss, x, y, y_pred[:, i], self.num_classes,
+                                  sample_weight, training)
+                  for i in range(self.size)]
         return ops.mean(ops.stack(losses))
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if len(y_pred.shape) == 3:
-            if is_mixed(y_pred, self.num_classes):
-                y_pred = y_pred[..., :-1]  # each member's logits, without its lam
-            y_pred = mean_probability_logits(y_pred, self.num_classes)
+            # Each member's logits, without its mixup lam.
+            y_pred = mean_probability_logits(unmixed_logits(y_pred, self.num_classes),
+                                             self.num_classes)
         return super(ClassifierEnsemble, self).compute_metrics(  # noqa: UP008 (AutoGraph)
             x, y, y_pred, sample_weight=sample_weight
         )

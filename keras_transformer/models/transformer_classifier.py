@@ -1,7 +1,5 @@
 """An encoder-only Transformer classifier for token or numeric sequences."""
 
-import numbers
-
 import keras
 from keras import ops
 
@@ -21,6 +19,7 @@ from keras_transformer.layers.transformer_encoder_block import TransformerEncode
 from keras_transformer.layers.validation import (
     check_choice,
     check_divisible,
+    check_non_negative,
     check_positive_int,
     check_rate,
     check_token_ids,
@@ -52,15 +51,23 @@ def is_mixed(y_pred, num_classes):
     return y_pred is not None and y_pred.shape[-1] == num_classes + 1
 
 
-def mixup_loss(compute_loss, x, y, y_pred, sample_weight=None, training=True):
-    """The loss of a mixup training output `(B, K + 1)` (logits, lam):
-    mean_i lam_i L(y_i) + (1 - lam_i) L(y_{B-1-i}), each term times the
-    example's sample weight, from `compute_loss` (a `Model.compute_loss`).
+def unmixed_logits(y_pred, num_classes):
+    """`y_pred` without its mixup lam: the logits `(..., K)`, whichever output it is."""
+    return y_pred[..., :-1] if is_mixed(y_pred, num_classes) else y_pred
 
-    Both terms go through the compiled loss as sample weights; they are
-    doubled and the sum halved so that the model's own losses (weight
+
+def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None, training=True):
+    """`compute_loss` (a `Model.compute_loss`) of a classifier's output `(B, K)`,
+    or of a mixup training output `(B, K + 1)` (logits, lam):
+    mean_i lam_i L(y_i) + (1 - lam_i) L(y_{B-1-i}), each term times the
+    example's sample weight.
+
+    Both mixup terms go through the compiled loss as sample weights; they
+    are doubled and the sum halved so that the model's own losses (weight
     regularisers), which each call adds once, count once.
     """
+    if not is_mixed(y_pred, num_classes):
+        return compute_loss(x, y, y_pred, sample_weight, training=training)
     logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
     weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
     own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
@@ -193,12 +200,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_divisible("hidden_dim", hidden_dim, "num_heads", num_heads)
         check_choice("positions", positions, ("sinusoidal", "learned"))
         check_choice("pooling", pooling, ("mean", "max"))
-        if isinstance(mixup_alpha, bool) or not isinstance(mixup_alpha, numbers.Real) or (
-            not mixup_alpha >= 0 or mixup_alpha == float("inf")
-        ):
-            raise ValueError(
-                f"`mixup_alpha` must be a finite number >= 0; received mixup_alpha={mixup_alpha!r}."
-            )
+        check_non_negative("mixup_alpha", mixup_alpha)
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
@@ -360,15 +362,13 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         parent = super(TransformerClassifier, self)  # noqa: UP008 (AutoGraph)
-        if is_mixed(y_pred, self.num_classes):
-            return mixup_loss(parent.compute_loss, x, y, y_pred, sample_weight, training)
-        return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+        return classifier_loss(parent.compute_loss, x, y, y_pred, self.num_classes,
+                               sample_weight, training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        if is_mixed(y_pred, self.num_classes):
-            y_pred = y_pred[..., :-1]  # accuracy against each example's own (main) label
+        # A mixup output is scored against each example's own (main) label.
         return super(TransformerClassifier, self).compute_metrics(  # noqa: UP008 (AutoGraph)
-            x, y, y_pred, sample_weight=sample_weight
+            x, y, unmixed_logits(y_pred, self.num_classes), sample_weight=sample_weight
         )
 
     @property
