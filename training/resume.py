@@ -32,8 +32,9 @@ def _atomic_write_text(path, text):
 
 
 def _seed_states(model):
+    """[(path, variable)] of the model's state beyond its weights (seed generators), in order."""
     weights = {id(v) for v in model.weights}
-    return {v.path: v for v in model.variables if id(v) not in weights}
+    return [(v.path, v) for v in model.variables if id(v) not in weights]
 
 
 class ResumableCheckpoint(keras.callbacks.Callback):
@@ -72,10 +73,22 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(folder, "model.weights.h5"))
         seeds = np.load(os.path.join(folder, "seeds.npz"))
-        for path, variable in _seed_states(model).items():
-            key = path.replace("/", "|")
-            if key in seeds:
+        states = _seed_states(model)
+        if all(key[:4].isdigit() for key in seeds.files):
+            # By position: a generator's path carries a name numbered by the
+            # process's count of generators, which another build changes.
+            if len(seeds.files) != len(states):
+                raise ValueError(
+                    f"{folder} holds {len(seeds.files)} seed-generator states; the model "
+                    f"has {len(states)}: it is not the model that was checkpointed."
+                )
+            for key, (_, variable) in zip(sorted(seeds.files), states, strict=True):
                 variable.assign(seeds[key])
+        else:  # checkpoints written before states were numbered
+            for path, variable in states:
+                key = path.replace("/", "|")
+                if key in seeds:
+                    variable.assign(seeds[key])
         with open(os.path.join(folder, "state.json"), encoding="utf-8") as f:
             self.step = int(json.load(f)["step"])
         return self.step
@@ -119,7 +132,8 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         tmp = folder + f".tmp-{os.getpid()}"
         os.makedirs(tmp, exist_ok=True)
         self.model.save_weights(os.path.join(tmp, "model.weights.h5"))
-        seeds = {p.replace("/", "|"): np.asarray(v) for p, v in _seed_states(self.model).items()}
+        seeds = {f"{i:04d}|{p.replace('/', '|')}": np.asarray(v)
+                 for i, (p, v) in enumerate(_seed_states(self.model))}
         np.savez(os.path.join(tmp, "seeds.npz"), **seeds)
         _atomic_write_text(os.path.join(tmp, "state.json"), json.dumps({"step": self.step}))
         os.replace(tmp, folder)
