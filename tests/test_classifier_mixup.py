@@ -83,9 +83,10 @@ def test_loss_mixes_each_example_s_loss_with_its_partner_s(loss_name):
     expected = (lam * per(y) + (1 - lam) * per(y[::-1])).mean()
     got = float(model.compute_loss(x, y, y_pred, training=True))
     np.testing.assert_allclose(got, expected, rtol=1e-5)
-    # Sample weights weigh both terms of an example.
-    w = np.array([1.0, 0.0, 2.0, 1.0], "float32")
-    expected = (w * (lam * per(y) + (1 - lam) * per(y[::-1]))).mean()
+    # Each label's term is weighed by the weight of the example it belongs
+    # to: the partner's term by the partner's weight.
+    w = np.array([1.0, 0.0, 2.0, 3.0], "float32")
+    expected = (w * lam * per(y) + w[::-1] * (1 - lam) * per(y[::-1])).mean()
     got = float(model.compute_loss(x, y, y_pred, sample_weight=w, training=True))
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     # Inference outputs keep the plain loss.

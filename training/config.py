@@ -172,6 +172,13 @@ class TrainingConfig:
     # least n times in the training text (up to vocabulary_size, the most
     # frequent first), every other word one [UNK] (Kim 2014); 0: word pieces.
     min_word_count: int = 0
+    # Text classification without a validation file, ensemble of k: true
+    # trains member i on all but fold i (sentence j is in fold j mod 10) and
+    # validates it there, so the ensemble learns from every sentence and
+    # selects by each member's accuracy on its own fold; false holds out
+    # every 10th sentence from all members.  Nothing changes where a
+    # validation file is given.
+    cross_fit: bool = False
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -242,11 +249,11 @@ class TrainingConfig:
                 "`min_word_count` must be a non-negative integer; received "
                 f"min_word_count={self.min_word_count!r}."
             )
-        if not isinstance(self.standardize_series, bool):
-            raise ValueError(
-                "`standardize_series` must be true or false; received "
-                f"standardize_series={self.standardize_series!r}."
-            )
+        for name in ("standardize_series", "cross_fit"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"`{name}` must be true or false; received {name}={getattr(self, name)!r}."
+                )
         if self.warmup_steps is not None and (
             not isinstance(self.warmup_steps, int) or self.warmup_steps <= 0
         ):

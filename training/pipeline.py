@@ -293,8 +293,10 @@ def make_classification_dataset(
     repeat=False,
     pad_to_length=None,
     drop_remainder=False,
+    sample_weight=None,
 ):
-    """Builds `({"token_ids"} or {"features"}, labels)` batches.
+    """Builds `({"token_ids"} or {"features"}, labels)` batches, and sample
+    weights third where `sample_weight` is given.
 
     With a tokenizer, `inputs` are strings, cut to `max_sequence_length`
     pieces (one `TruncationWarning` with the exact count) and 0-padded to the
@@ -314,6 +316,8 @@ def make_classification_dataset(
         repeat: An endless, deterministic stream of passes (see above).
         pad_to_length: Fixed padded length for token ids.
         drop_remainder: Drop the last incomplete batch.
+        sample_weight: Optional float weights of each example, (N,) or
+            (N, k) (e.g. one column per ensemble member), for token inputs.
 
     Returns:
         A prefetched `tf.data.Dataset` of `({"token_ids": int32 (B, T)}, int32
@@ -333,25 +337,36 @@ def make_classification_dataset(
             raise ValueError(
                 "pad_to_length applies to token ids; numeric series are not padded."
             )
+        if sample_weight is not None:
+            raise ValueError("sample_weight is supported for token inputs only.")
         dataset = _series_dataset(inputs, labels, max_sequence_length)
     else:
 
-        def tokenize(text, label):  # (B,) strings -> ragged (B, None) ids.
+        def tokenize(text, label, *weight):  # (B,) strings -> ragged (B, None) ids.
             ids, too_long = _truncate(tokenizer.tokenize(text), max_sequence_length)
-            return ids, label, too_long
+            return ids, label, *weight, too_long
 
         columns = (tf.constant(list(inputs), tf.string), labels)
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, np.float32)
+            if sample_weight.shape[:1] != labels.shape or sample_weight.ndim > 2:
+                raise ValueError(
+                    f"sample_weight must be (N,) or (N, k) with N={len(labels)} examples; "
+                    f"received shape {sample_weight.shape}."
+                )
+            columns += (sample_weight,)
         dataset = _tokenized(columns, tokenize, cache, max_sequence_length, "tokens")
-        dataset = dataset.map(lambda ids, label, _: ({"token_ids": ids}, label))
+        dataset = dataset.map(lambda ids, label, *rest: ({"token_ids": ids}, label, *rest[:-1]))
 
     def batch(dataset):
         if tokenizer is None:
             dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
         else:
             shape = [pad_to_length if pad_to_length is not None else None]
+            weight_shape = () if sample_weight is None else (list(sample_weight.shape[1:]),)
             dataset = dataset.padded_batch(
                 batch_size,
-                padded_shapes=({"token_ids": shape}, []),
+                padded_shapes=({"token_ids": shape}, [], *weight_shape),
                 drop_remainder=drop_remainder,
             )
         return dataset

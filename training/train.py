@@ -66,7 +66,7 @@ def _first_pass(config, task, stream, num_examples):
     learning rate's batch factor counts.
     """
     steps = seen = tokens = 0
-    for inputs, labels in stream:
+    for inputs, labels, *_ in stream:
         steps += 1
         seen += int(labels.shape[0])
         tokens += task.batch_tokens(config, inputs, labels)

@@ -51,6 +51,11 @@ class ClassifierEnsemble(keras.Model):
       divided by k (Adam's steps do not change with that scale).  Training
       the mean prediction instead couples the members and loses most of the
       gain of an ensemble.  Training metrics see the ensemble's answer.
+    - Sample weights `(B,)` weigh every member's loss alike; weights
+      `(B, k)` give member i column i, so that members may train on
+      different examples (bagging, or cross-fitting: member i leaves out
+      fold i, which then validates it; `training` does this on data without
+      a validation split).  The training metrics then see every example.
     - Inference: the call returns logits `(B, K)` of the members' mean
       probabilities (`mean_probability_logits`), so `probabilities`, the
       evaluation loss and accuracy, the exporters and the verifiers see one
@@ -132,12 +137,22 @@ class ClassifierEnsemble(keras.Model):
         parent = super(ClassifierEnsemble, self)  # noqa: UP008
         if y_pred is None or len(y_pred.shape) != 3:
             return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+        weights = [sample_weight] * self.size
+        if sample_weight is not None and len(sample_weight.shape) == 2:
+            if sample_weight.shape[1] != self.size:
+                raise ValueError(
+                    f"Per-member sample weights must have one column per member ({self.size}); "
+                    f"received sample_weight of shape {tuple(sample_weight.shape)}."
+                )
+            weights = [sample_weight[:, i] for i in range(self.size)]
         losses = [classifier_loss(parent.compute_loss, x, y, y_pred[:, i], self.num_classes,
-                                  sample_weight, training)
+                                  weights[i], training)
                   for i in range(self.size)]
         return ops.mean(ops.stack(losses))
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if sample_weight is not None and len(sample_weight.shape) == 2:
+            sample_weight = None  # per-member weights: the metrics see every example
         if len(y_pred.shape) == 3:
             # Each member's logits, without its mixup lam.
             y_pred = mean_probability_logits(unmixed_logits(y_pred, self.num_classes),

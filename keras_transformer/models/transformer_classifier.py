@@ -59,8 +59,10 @@ def unmixed_logits(y_pred, num_classes):
 def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None, training=True):
     """`compute_loss` (a `Model.compute_loss`) of a classifier's output `(B, K)`,
     or of a mixup training output `(B, K + 1)` (logits, lam):
-    mean_i lam_i L(y_i) + (1 - lam_i) L(y_{B-1-i}), each term times the
-    example's sample weight.
+    mean_i w_i lam_i L(y_i) + w_{B-1-i} (1 - lam_i) L(y_{B-1-i}): each label's
+    term times the sample weight of the example that label belongs to, so
+    that an example of weight 0 (one a member holds out) teaches no one its
+    label, not even as another example's partner.
 
     Both mixup terms go through the compiled loss as sample weights; they
     are doubled and the sum halved so that the model's own losses (weight
@@ -71,8 +73,8 @@ def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None,
     logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
     weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
     own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
-    partner = compute_loss(x, ops.flip(y, axis=0), logits, 2.0 * (1.0 - lam) * weight,
-                           training=training)
+    partner = compute_loss(x, ops.flip(y, axis=0), logits,
+                           2.0 * (1.0 - lam) * ops.flip(weight, axis=0), training=training)
     return 0.5 * (own + partner)
 
 

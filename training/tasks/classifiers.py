@@ -134,3 +134,66 @@ def tflite_model(model, quantize, sequence_length, batch_size):
     from export.tflite import classifier_tflite  # On use: export imports the tasks.
 
     return classifier_tflite(model, quantize, sequence_length, batch_size)
+
+
+class OutOfFold:
+    """Out-of-fold accuracy and loss of a cross-fitted `ClassifierEnsemble`.
+
+    Member i was trained without the examples of fold i, so each of those
+    is scored by member i alone: an estimate of what one member does on
+    sentences it never saw, free of the other members' memory of them.
+
+    Args:
+        inputs: Model inputs of the validation examples (token ids, 0-padded).
+        labels: Their class ids `(N,)`.
+        folds: Their fold `(N,)`: i for the examples member i left out.
+    """
+
+    def __init__(self, inputs, labels, folds):
+        self.inputs = np.asarray(inputs)
+        self.labels = np.asarray(labels, "int32")
+        self.folds = np.asarray(folds)
+
+    def logits(self, model, batch_size=256):
+        """`(N, K)` float32: each example's logits from the member that left it out."""
+        out = None
+        for i, member in enumerate(model.members):
+            rows = np.flatnonzero(self.folds == i)
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start:start + batch_size]
+                logits = keras.ops.convert_to_numpy(
+                    member(self.inputs[chunk], training=False)).astype(np.float32)
+                if out is None:
+                    out = np.zeros((len(self.labels), logits.shape[-1]), np.float32)
+                out[chunk] = logits
+        return out
+
+    def scores(self, model):
+        """{"accuracy": ..., "loss": ...}: the compiled loss on the out-of-fold logits."""
+        logits = self.logits(model)
+        if logits.shape[-1] == 1:
+            predicted, y = (logits[:, 0] > 0).astype("int32"), self.labels[:, None]
+        else:
+            predicted, y = logits.argmax(-1), self.labels
+        loss = keras.ops.convert_to_numpy(model.loss(y, logits))
+        return {"accuracy": float((predicted == self.labels).mean()), "loss": float(loss)}
+
+    def __call__(self, model):
+        """The selection score: out-of-fold accuracy."""
+        return self.scores(model)["accuracy"]
+
+
+class OutOfFoldLogs(keras.callbacks.Callback):
+    """Puts the out-of-fold scores in the epoch logs as `val_accuracy` and
+    `val_loss`, over Keras' own validation of the whole ensemble (whose
+    members trained on most of those examples); place it before the
+    callbacks that read them (selection, TensorBoard)."""
+
+    def __init__(self, out_of_fold):
+        super().__init__()
+        self.out_of_fold = out_of_fold
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            scores = self.out_of_fold.scores(self.model)
+            logs["val_accuracy"], logs["val_loss"] = scores["accuracy"], scores["loss"]

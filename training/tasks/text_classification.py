@@ -25,6 +25,11 @@ HOLD_OUT_EVERY, HOLD_OUT_MIN_SENTENCES = 10, 100
 ENSEMBLE_MAX_SENTENCES = 10_000
 
 
+def default_ensemble_size(num_sentences):
+    """`ENSEMBLE_SIZE` members for at most `ENSEMBLE_MAX_SENTENCES` training sentences, else 1."""
+    return ENSEMBLE_SIZE if num_sentences <= ENSEMBLE_MAX_SENTENCES else 1
+
+
 class TextClassification(Task):
     """Sentence -> class, from a word-piece vocabulary learned on the training text.
 
@@ -34,13 +39,22 @@ class TextClassification(Task):
     `valid_files` every 10th training sentence validates, as on TREC, and
     without `test_files` the validation split tests).  Selection and
     test: accuracy.  The task name is the config's `"classification"`.
+
+    With `cross_fit` and an ensemble of k on data without a validation
+    file, no sentence is held out from all members: sentence j is in fold
+    j % max(10, k), member i trains on every fold but i (per-member sample
+    weights, `ClassifierEnsemble`), and the validation split is folds
+    0..k-1, each scored by the member that left it out (`OutOfFold`).
     """
 
     name = "classification"
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "mixup_alpha")
+    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "mixup_alpha",
+              "cross_fit")
     data_fields = ("ensemble_size",)
+    #: k when the loaded data is cross-fitted for k members, else None.
+    cross_fit_members = None
 
     def recipe_defaults(self):
         return {"weight_decay": 0.01}  # small data: more decay than translation's
@@ -54,8 +68,7 @@ class TextClassification(Task):
         mean of five independently initialised ones is both higher and
         steadier, for five times the compute of a run that takes minutes.
         """
-        small = len(data.train[1]) <= ENSEMBLE_MAX_SENTENCES
-        return {"ensemble_size": ENSEMBLE_SIZE if small else 1}
+        return {"ensemble_size": default_ensemble_size(len(data.train[1]))}
 
     # --- data -------------------------------------------------------------------
 
@@ -64,11 +77,13 @@ class TextClassification(Task):
         if config.dataset == "sst2":
             files = [folder / f"stsa.binary.{name}" for name in ("train", "dev", "test")]
         elif config.dataset == "trec":
-            # No development split: every 10th training question validates.
+            # No development split: every 10th training question validates
+            # (for all members, or cross-fitted: below).
             files = [folder / "TREC.train.all", None, folder / "TREC.test.all"]
         elif config.dataset == "files":
-            # Without valid_files every 10th training sentence validates, as
-            # on TREC; without test_files the validation split tests.
+            # Without valid_files every 10th training sentence validates (or
+            # cross-fitted), as on TREC; without test_files the validation
+            # split tests.
             files = [config.train_files[0],
                      config.valid_files[0] if config.valid_files else None,
                      config.test_files[0] if config.test_files else None]
@@ -81,8 +96,19 @@ class TextClassification(Task):
             require_file(files[0], "train file"), encoding=config.encoding
         )
         splits = [(texts, np.asarray(labels, "int32"))]
+        members = config.ensemble_size or default_ensemble_size(len(texts))
+        self.cross_fit_members = None
         if files[1] is None and len(texts) < HOLD_OUT_MIN_SENTENCES:
             splits.append(splits[0])  # too few to spare: validate on the training text
+        elif files[1] is None and config.cross_fit and members > 1:
+            self.cross_fit_members = members
+            folds = np.arange(len(texts)) % max(HOLD_OUT_EVERY, members)
+            valid = folds < members
+            splits = [
+                (texts, splits[0][1], folds),
+                ([t for t, v in zip(texts, valid, strict=True) if v], splits[0][1][valid],
+                 folds[valid]),
+            ]
         elif files[1] is None:
             held_out = np.arange(len(texts)) % HOLD_OUT_EVERY == 0
             splits = [
@@ -106,13 +132,16 @@ class TextClassification(Task):
         self.tokenizer = learn_or_load_tokenizer(config, run_dir, list(data.train[0]), write)
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        weights = None
+        if training and len(split) == 3:  # cross-fitted: member i leaves out fold i
+            weights = split[2][:, None] != np.arange(self.cross_fit_members)[None, :]
         dataset = pipeline.make_classification_dataset(
             split[0], split[1], tokenizer=self.tokenizer,
             max_sequence_length=config.max_sequence_length, batch_size=config.batch_size,
-            seed=config.seed, shuffle=shuffle, repeat=repeat,
+            seed=config.seed, shuffle=shuffle, repeat=repeat, sample_weight=weights,
         )
         # The classifier is a single-input functional model: feed the bare tensor.
-        return dataset.map(lambda x, y: (x["token_ids"], y))
+        return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
 
     def batch_tokens(self, config, inputs, labels):
         return int(np.count_nonzero(inputs.numpy()))  # non-padding ids
@@ -129,10 +158,36 @@ class TextClassification(Task):
     def loss_and_metrics(self, config):
         return classifiers.loss_and_metrics(config.label_smoothing, config.num_classes)
 
+    def out_of_fold(self, config, data):
+        """`classifiers.OutOfFold` of a cross-fitted validation split."""
+        texts, labels, folds = data.valid
+        ids = token_ids(self.tokenizer, texts, config.max_sequence_length)
+        return classifiers.OutOfFold(ids, labels, folds)
+
     def validation_score(self, config, model, data, valid):
+        if self.cross_fit_members:
+            return self.out_of_fold(config, data), "val_accuracy", "max"
         return classifiers.accuracy_score(valid)
 
+    def callbacks(self, config, model, data, logs_dir):
+        if self.cross_fit_members:
+            return [classifiers.OutOfFoldLogs(self.out_of_fold(config, data))]
+        return []
+
+    def evaluate(self, config, model, data, valid, plan=None):
+        if not self.cross_fit_members:
+            return super().evaluate(config, model, data, valid, plan)
+        scores = self.out_of_fold(config, data).scores(model)
+        metrics = {f"valid_{k}": v for k, v in scores.items()}
+        metrics.update(self.evaluate_test(config, model, data, plan or {}))
+        return metrics
+
     def evaluate_test(self, config, model, data, plan=None):
+        if len(data.test) == 3:
+            # No test file and cross-fitted: the validation folds test, each
+            # by the member that left it out (the ensemble trained on them).
+            scores = self.out_of_fold(config, data).scores(model)
+            return {f"test_{k}": v for k, v in scores.items()}
         return classifiers.test_metrics(self, config, model, data)
 
     # --- inference and export ---------------------------------------------------

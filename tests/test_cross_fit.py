@@ -1,0 +1,263 @@
+"""Cross-fitted ensembles: member i leaves out fold i and is validated on it.
+
+Per-member sample weights (`ClassifierEnsemble`), their column in the data
+pipeline, the text task's folds (`cross_fit`), the out-of-fold score, and a
+run in which a member provably never learns the labels it validates on.
+"""
+
+import json
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from training import pipeline
+from training.config import TrainingConfig, load_config
+from training.tasks import get_task
+from training.tasks.classifiers import OutOfFold
+from training.train import train
+
+
+def _member(name, num_classes=3, mixup_alpha=0.0):
+    return TransformerClassifier(
+        num_classes=num_classes, vocabulary_size=20, num_layers=0, hidden_dim=8, num_heads=2,
+        intermediate_dim=16, dropout=0.0, max_sequence_length=8, ngram_widths=(2, 3),
+        pooling="max", mixup_alpha=mixup_alpha, name=name,
+    )
+
+
+def _ensemble(size=2, mixup_alpha=0.0):
+    model = ClassifierEnsemble([_member(f"m{i}", mixup_alpha=mixup_alpha) for i in range(size)])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _tokens(batch=6, seed=0):
+    ids = np.random.default_rng(seed).integers(3, 20, (batch, 6)).astype("int32")
+    ids[0, 4:] = 0
+    return ids
+
+
+def _cross_entropy(logits, y):
+    z = logits - logits.max(-1, keepdims=True)
+    return np.log(np.exp(z).sum(-1)) - z[np.arange(len(y)), y]
+
+
+def test_per_member_weights_give_member_i_column_i():
+    model = _ensemble()
+    x, y = _tokens(), np.array([0, 1, 2, 0, 1, 2])
+    w = np.array([[1, 0], [1, 1], [0, 1], [1, 1], [0, 0], [1, 1]], "float32")
+    y_pred = np.asarray(model(x, training=True))  # (B, 2, 3)
+    expected = np.mean([(w[:, i] * _cross_entropy(y_pred[:, i], y)).mean() for i in range(2)])
+    got = float(model.compute_loss(x, y, y_pred, sample_weight=w, training=True))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # (B,) weights still weigh every member alike.
+    v = w[:, 0]
+    expected = np.mean([(v * _cross_entropy(y_pred[:, i], y)).mean() for i in range(2)])
+    got = float(model.compute_loss(x, y, y_pred, sample_weight=v, training=True))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match=re.escape("one column per member (2)")):
+        model.compute_loss(x, y, y_pred, sample_weight=np.ones((6, 3), "float32"))
+
+
+@pytest.mark.parametrize("mixup_alpha", [0.0, 0.4])
+def test_a_member_gets_no_gradient_from_the_labels_it_leaves_out(mixup_alpha):
+    """Member 0 leaves out rows 0-2: changing their labels leaves its
+    gradients as they were, mixup partners included, while member 1's move."""
+    model = _ensemble(mixup_alpha=mixup_alpha)
+    x = _tokens()
+    w = np.array([[0, 1]] * 3 + [[1, 1]] * 3, "float32")
+
+    state = [v.numpy() for v in model.non_trainable_variables]  # the lam generator's
+
+    def grads(y):
+        for v, value in zip(model.non_trainable_variables, state, strict=True):
+            v.assign(value)  # the same lam draws for both label sets
+        with tf.GradientTape() as tape:
+            loss = model.compute_loss(x, y, model(x, training=True), sample_weight=w)
+        grads = tape.gradient(loss, [m.trainable_variables for m in model.members])
+        dense = lambda g, v: np.zeros(v.shape) if g is None else np.asarray(  # noqa: E731
+            tf.convert_to_tensor(g))
+        return [[dense(g, v) for g, v in zip(gs, m.trainable_variables, strict=True)]
+                for gs, m in zip(grads, model.members, strict=True)]
+
+    a = grads(np.array([0, 1, 2, 0, 1, 2]))
+    b = grads(np.array([2, 2, 0, 0, 1, 2]))  # rows 0-2 relabelled
+    for ga, gb in zip(a[0], b[0], strict=True):
+        np.testing.assert_allclose(ga, gb, atol=1e-7)
+    assert any(not np.allclose(ga, gb) for ga, gb in zip(a[1], b[1], strict=True))
+
+
+def test_training_metrics_see_every_example_under_per_member_weights():
+    model = ClassifierEnsemble([_member("a"), _member("b")])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    x = _tokens()
+    predicted = np.asarray(model(x)).argmax(-1)
+    y = np.concatenate([predicted[:3], (predicted[3:] + 1) % 3])  # half right, row 0 right
+    w = np.zeros((6, 2), "float32")
+    w[0] = 1.0  # weighted by either column, the accuracy would be 1.0
+    logs = model.train_on_batch(x, y, sample_weight=w, return_dict=True)
+    assert logs["accuracy"] == pytest.approx(0.5)
+
+
+def test_the_pipeline_keeps_each_example_s_weights_through_shuffles():
+    class Tok:  # sentence "s<j>" -> ids [j + 1]
+        def tokenize(self, text):
+            ids = tf.strings.to_number(tf.strings.substr(text, 1, 5), tf.int32) + 1
+            return tf.RaggedTensor.from_tensor(ids[:, None])
+
+    n = 23
+    texts = [f"s{j}" for j in range(n)]
+    weights = np.stack([np.arange(n) % 3 != i for i in range(3)], 1).astype("float32")
+    stream = pipeline.make_classification_dataset(
+        texts, np.arange(n) % 2, tokenizer=Tok(), batch_size=4, shuffle=True, repeat=True,
+        sample_weight=weights, seed=3)
+    seen = []
+    for x, y, w in stream.take(12):
+        j = x["token_ids"].numpy()[:, 0] - 1
+        np.testing.assert_array_equal(w.numpy(), weights[j])
+        np.testing.assert_array_equal(y.numpy(), j % 2)
+        seen += list(j)
+    assert set(seen) == set(range(n))
+    with pytest.raises(ValueError, match=re.escape("received shape (22, 3)")):
+        pipeline.make_classification_dataset(texts, np.arange(n) % 2, tokenizer=Tok(),
+                                             sample_weight=weights[:-1])
+    with pytest.raises(ValueError, match="token inputs only"):
+        pipeline.make_classification_dataset(np.zeros((n, 4)), np.arange(n) % 2,
+                                             sample_weight=weights)
+
+
+def _write(path, count, classes=3):
+    words = ["red", "green", "blue", "cyan", "gold"]
+    lines = []
+    for j in range(count):
+        digits = [(j // 5**p) % 5 for p in range(3)]  # a distinct sentence per j
+        lines.append(f"{j % classes}\t{' '.join(words[d] for d in digits)} item\n")
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def test_text_task_cross_fits_only_an_ensemble_without_a_validation_file(tmp_path):
+    task = get_task("classification")
+    train_file = _write(tmp_path / "train.tsv", 120)
+    config = TrainingConfig(task="classification", dataset="files", train_files=(train_file,),
+                            ensemble_size=3, cross_fit=True)
+    data = task.load_data(config, tmp_path)
+    assert task.cross_fit_members == 3
+    texts, labels, folds = data.train
+    assert len(texts) == 120 and list(folds) == [j % 10 for j in range(120)]
+    valid_texts, _, valid_folds = data.valid
+    assert valid_texts == [t for j, t in enumerate(texts) if j % 10 < 3]
+    assert set(valid_folds) == {0, 1, 2}
+    assert task.data_defaults(config.replace(ensemble_size=None), data)["ensemble_size"] == 5
+    # The training batches carry member i's weight 0 exactly on fold i.
+    task.prepare(config, data, tmp_path, write=False)
+    index = {t: j for j, t in enumerate(texts)}
+    ids = {tuple(r[r > 0]): index[t] for t, r in zip(
+        texts, task.tokenizer.tokenize(tf.constant(texts)).to_tensor().numpy(), strict=True)}
+    assert len(ids) == 120  # every sentence tokenizes apart
+    for x, _, w in task.make_dataset(config, data.train, shuffle=True, training=True):
+        j = np.array([ids[tuple(r[r > 0])] for r in x.numpy()])
+        np.testing.assert_array_equal(w.numpy(), (j[:, None] % 10 != np.arange(3)))
+    # Validation batches are plain (inputs, labels).
+    assert len(next(iter(task.make_dataset(config, data.valid)))) == 2
+    # No cross-fitting: one member, a validation file, or cross_fit off.
+    for other in (config.replace(ensemble_size=1), config.replace(cross_fit=False),
+                  config.replace(valid_files=(_write(tmp_path / "v.tsv", 20),))):
+        plain = task.load_data(other, tmp_path)
+        assert task.cross_fit_members is None and len(plain.train) == 2
+    # More members than ten folds: one fold each.
+    many = task.load_data(config.replace(ensemble_size=12), tmp_path)
+    assert list(many.train[2][:13]) == list(range(12)) + [0] and len(many.valid[0]) == 120
+
+
+def test_out_of_fold_scores_each_example_by_the_member_that_left_it_out():
+    model = _ensemble(size=3)
+    x = _tokens(batch=9)
+    y = np.array([0, 1, 2] * 3)
+    folds = np.array([0, 1, 2, 2, 1, 0, 0, 0, 1])
+    oof = OutOfFold(x, y, folds)
+    logits = oof.logits(model, batch_size=2)
+    for i, member in enumerate(model.members):
+        rows = folds == i
+        np.testing.assert_allclose(logits[rows], np.asarray(member(x[rows])), rtol=1e-5,
+                                   atol=1e-6)
+    scores = oof.scores(model)
+    assert scores["accuracy"] == pytest.approx((logits.argmax(-1) == y).mean())
+    assert scores["loss"] == pytest.approx(_cross_entropy(logits, y).mean(), rel=1e-5)
+    assert oof(model) == scores["accuracy"]
+
+
+def _run_config(train_file, extra=()):
+    return load_config("tiny", [
+        "task=classification", "dataset=files", f'train_files=["{train_file}"]',
+        "batch_size=8", "max_sequence_length=8", "label_smoothing=0.0", "epochs=2",
+        "ngram_widths=[2]", "pooling=max", "mixup_alpha=0.4", "ensemble_size=2",
+        "cross_fit=true", "deterministic=true", "selection=last", *extra])
+
+
+@pytest.mark.slow
+def test_a_cross_fitted_member_never_learns_the_labels_it_validates_on(tmp_path):
+    """Relabel fold 0 and train again: member 0 (which leaves fold 0 out)
+    ends with the same weights, member 1 does not; the run reports the
+    out-of-fold accuracy of the model it saved."""
+    first = _write(tmp_path / "a.tsv", 120)
+    lines = (tmp_path / "a.tsv").read_text().splitlines(keepends=True)
+    relabelled = [f"{(int(line[0]) + 1) % 3}{line[1:]}" if j % 10 == 0 else line
+                  for j, line in enumerate(lines)]
+    (tmp_path / "b.tsv").write_text("".join(relabelled))
+    weights = []
+    for name, path in (("a", first), ("b", str(tmp_path / "b.tsv"))):
+        metrics = train(_run_config(path), tmp_path / name, verbose=0)
+        model = keras.saving.load_model(tmp_path / name / "model.keras")
+        weights.append([m.get_weights() for m in model.members])
+        task = get_task("classification")
+        config = _run_config(path)
+        data = task.load_data(config, tmp_path / name)
+        task.prepare(config, data, tmp_path / name, write=False)
+        model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        assert metrics["valid_accuracy"] == pytest.approx(
+            task.out_of_fold(config, data)(model), abs=1e-6)
+        history = json.loads((tmp_path / name / "metrics.json").read_text())["history"]
+        assert history["val_accuracy"][-1] == pytest.approx(metrics["valid_accuracy"], abs=1e-6)
+        # No test file: the validation folds test, out-of-fold as well.
+        assert metrics["test_accuracy"] == metrics["valid_accuracy"]
+        assert metrics["test_loss"] == metrics["valid_loss"]
+    for wa, wb in zip(weights[0][0], weights[1][0], strict=True):
+        np.testing.assert_allclose(wa, wb, atol=1e-6)
+    assert any(not np.allclose(wa, wb) for wa, wb in zip(weights[0][1], weights[1][1], strict=True))
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) >= 6:
+            raise KeyboardInterrupt("killed after 6 updates")
+
+
+@pytest.mark.slow
+def test_a_killed_cross_fitted_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    path = _write(tmp_path / "a.tsv", 120)
+    config = _run_config(path, ["checkpoint_every_steps=3"])
+    train(config, tmp_path / "whole", verbose=0)
+    task_class = type(get_task("classification"))
+    callbacks = task_class.callbacks
+    monkeypatch.setattr(task_class, "callbacks",
+                        lambda self, *a: [*callbacks(self, *a), _Interrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "killed", verbose=0)
+    monkeypatch.undo()
+    metrics = train(config, tmp_path / "killed", verbose=0)
+    assert metrics["steps"] == 2 * 15  # 120 sentences, batches of 8, two epochs
+    whole, resumed = (keras.saving.load_model(tmp_path / n / "model.keras")
+                      for n in ("whole", "killed"))
+    for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_cross_fit_must_be_a_boolean():
+    with pytest.raises(ValueError, match=re.escape("cross_fit='yes'")):
+        TrainingConfig(cross_fit="yes").validate()
