@@ -192,6 +192,18 @@ def test_out_of_fold_scores_each_example_by_the_member_that_left_it_out():
     assert oof(model) == scores["accuracy"]
 
 
+def test_out_of_fold_of_a_single_sigmoid_output():
+    model = ClassifierEnsemble([_member(f"s{i}", num_classes=1) for i in range(2)])
+    model.compile(loss=keras.losses.BinaryCrossentropy(from_logits=True))
+    x, y = _tokens(batch=6), np.array([0, 1, 1, 0, 1, 0])
+    folds = np.array([0, 1, 0, 1, 0, 1])
+    oof = OutOfFold(x, y, folds)
+    z = oof.logits(model)[:, 0]
+    scores = oof.scores(model)
+    assert scores["accuracy"] == pytest.approx(((z > 0) == y).mean())
+    assert scores["loss"] == pytest.approx((np.logaddexp(0, z) - y * z).mean(), rel=1e-5)
+
+
 def _run_config(train_file, extra=()):
     return load_config("tiny", [
         "task=classification", "dataset=files", f'train_files=["{train_file}"]',
