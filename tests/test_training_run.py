@@ -335,11 +335,23 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path):
+def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeypatch):
     """The whole run fits its budget, the plan's last update has rate 0, and
-    the validation score recorded per epoch rises."""
+    the validation score recorded per epoch rises.  Its epochs, each followed
+    by a plan revision, are read from one iterator of the stream: no `fit`
+    re-skips the batches of the epochs before it."""
+    import tensorflow as tf
+
     from training.schedule import WarmupLinearSchedule
     from training.selection import read_scores
+
+    skipped, skip = [], tf.data.Dataset.skip
+
+    def recorded_skip(self, count, name=None):
+        skipped.append(int(count))
+        return skip(self, count, name=name)
+
+    monkeypatch.setattr(tf.data.Dataset, "skip", recorded_skip)
 
     budget_minutes = 1.5
     config = load_config("tiny", FAST + [
@@ -368,3 +380,7 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path):
     scores = read_scores(tmp_path / "run")  # -validation loss per epoch
     assert len(scores) >= 3, scores
     assert scores[max(scores)] > scores[min(scores)], scores
+    # The calibration's updates, the rest of the first epoch, then the run:
+    # at most one epoch's batches skipped by any `fit`.
+    assert skipped and max(skipped) <= metrics["steps_per_epoch"], skipped
+    assert plan.get("revisions", 0) >= 1, plan  # revised during the one `fit`

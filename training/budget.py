@@ -61,7 +61,9 @@ class Stopwatch:
 
 
 class StepTimer(keras.callbacks.Callback):
-    """Times each update, telling tracing/compiling steps from ordinary ones.
+    """Times each update of the current epoch, telling tracing/compiling
+    steps from ordinary ones (a budgeted run revises its plan from the pace
+    of its last epoch).
 
     A step that takes over three times the lower quartile traced or compiled
     a new input shape (under XLA, every bucket's shape compiles once; the
@@ -73,7 +75,7 @@ class StepTimer(keras.callbacks.Callback):
         super().__init__()
         self.times = []
 
-    def on_train_begin(self, logs=None):
+    def on_epoch_begin(self, epoch, logs=None):
         self.times = [time.perf_counter()]
 
     def on_train_batch_end(self, batch, logs=None):
