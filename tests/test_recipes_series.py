@@ -119,8 +119,9 @@ def test_null_sizes_are_refused_where_the_task_does_not_fill_them():
         TrainingConfig(batch_size=None).validate()
     with pytest.raises(ValueError, match="patch_stride=5, patch_length=4"):
         TrainingConfig(task="timeseries", dataset="ucr", patch_length=4, patch_stride=5).validate()
-    with pytest.raises(ValueError, match="mixup_alpha=-0.1"):
-        TrainingConfig(task="timeseries", dataset="ucr", mixup_alpha=-0.1).validate()
+    for alpha in (-0.1, float("inf"), float("nan")):  # no Beta(alpha, alpha) for these
+        with pytest.raises(ValueError, match=f"mixup_alpha={alpha!r}"):
+            TrainingConfig(task="timeseries", dataset="ucr", mixup_alpha=alpha).validate()
     with pytest.raises(ValueError, match="`mixup_alpha` does not apply"):
         TrainingConfig(mixup_alpha=0.4).validate()  # translation
     with pytest.raises(ValueError, match="received num_classes=1"):

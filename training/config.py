@@ -8,6 +8,7 @@ as `config.json` in the run directory.
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 
@@ -179,6 +180,10 @@ class TrainingConfig:
     # every 10th sentence from all members.  Nothing changes where a
     # validation file is given.
     cross_fit: bool = False
+    # Text classification: word dropout; while training each token is
+    # replaced by [UNK] with this probability (TransformerClassifier
+    # `token_dropout`, Iyyer et al. 2015); 0: none.
+    token_dropout: float = 0.0
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -233,9 +238,19 @@ class TrainingConfig:
                 f"{self.patch_stride!r}, patch_length={self.patch_length!r}."
             )
         if isinstance(self.mixup_alpha, bool) or not (
-            isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0
+            isinstance(self.mixup_alpha, (int, float)) and 0 <= self.mixup_alpha < math.inf
         ):
-            raise ValueError(f"`mixup_alpha` must be >= 0; received mixup_alpha={self.mixup_alpha!r}.")
+            raise ValueError(
+                f"`mixup_alpha` must be a finite number >= 0; received "
+                f"mixup_alpha={self.mixup_alpha!r}."
+            )
+        if isinstance(self.token_dropout, bool) or not (
+            isinstance(self.token_dropout, (int, float)) and 0 <= self.token_dropout < 1
+        ):
+            raise ValueError(
+                "`token_dropout` must be a number in [0, 1); received "
+                f"token_dropout={self.token_dropout!r}."
+            )
         if not isinstance(self.ngram_widths, tuple) or any(
             not isinstance(w, int) or isinstance(w, bool) or w <= 0 for w in self.ngram_widths
         ):

@@ -31,6 +31,7 @@ from keras_transformer.layers.sinusoidal_position_encoding import (
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
+from keras_transformer.layers.token_dropout import TokenDropout
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
@@ -45,6 +46,7 @@ __all__ = [
     "SeriesPatches",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
+    "TokenDropout",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_attention",

@@ -15,6 +15,7 @@ from keras_transformer.layers.sinusoidal_position_encoding import (
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
+from keras_transformer.layers.token_dropout import TokenDropout
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
     check_choice,
@@ -25,6 +26,7 @@ from keras_transformer.layers.validation import (
     check_token_ids,
 )
 from keras_transformer.models._xla_dropout import XLADropoutMixin
+from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 
 
 def class_probabilities(logits, num_classes):
@@ -138,6 +140,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             on its partner's (`compute_loss`).  The training call then
             returns `(B, num_classes + 1)`: the logits and lam.  Inference
             is unchanged.
+        token_dropout: word dropout (token input only): while training,
+            each real token id is replaced by `[UNK]` (id 1) with this
+            probability (`keras_transformer.layers.TokenDropout`); 0: none.
 
     `num_layers=0` leaves the encoder out: the embeddings are pooled
     directly, a bag-of-words baseline to compare attention with; with
@@ -177,6 +182,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         ngram_widths=None,
         pooling="mean",
         mixup_alpha=0.0,
+        token_dropout=0.0,
         dtype=None,
         **kwargs,
     ):
@@ -203,6 +209,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_choice("positions", positions, ("sinusoidal", "learned"))
         check_choice("pooling", pooling, ("mean", "max"))
         check_non_negative("mixup_alpha", mixup_alpha)
+        check_rate("token_dropout", token_dropout)
+        if vocabulary_size is None and token_dropout:
+            raise ValueError(
+                "`token_dropout` applies to token input (vocabulary_size) only; received "
+                f"token_dropout={token_dropout!r} with num_features={num_features!r}."
+            )
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
@@ -228,6 +240,13 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             )
 
         # === Layers ===
+        # Only built when used: a layer with a seed generator changes what
+        # a checkpoint of the model holds.
+        self.token_dropout_layer = (
+            TokenDropout(token_dropout, replacement_id=UNK_ID, pad_id=PAD_ID, dtype=dtype,
+                         name="token_dropout")
+            if token_dropout else None
+        )
         if vocabulary_size is not None:
             self.embedding = TokenAndPositionEmbedding(
                 vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
@@ -293,6 +312,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         outputs = self._head(self._pooled_features(inputs))  # (B, num_classes)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.mixup_alpha = float(mixup_alpha)
+        self.token_dropout = float(token_dropout)
         self.mixup_seed = keras.random.SeedGenerator() if mixup_alpha else None
 
         # === Config ===
@@ -319,6 +339,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
         if self.vocabulary_size is not None:
             mask = padding_mask(inputs)
+            if self.token_dropout_layer is not None:
+                inputs = self.token_dropout_layer(inputs)  # training only
             x = self.embedding(inputs)
         else:
             mask = None
@@ -406,6 +428,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "ngram_widths": list(self.ngram_widths),
             "pooling": self.pooling_mode,
             "mixup_alpha": self.mixup_alpha,
+            "token_dropout": self.token_dropout,
         }
 
     @classmethod
