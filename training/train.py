@@ -250,10 +250,10 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
             initial_epoch, epochs, steps = segments[0]
             if timer is not None and steps == steps_per_epoch:
                 # The whole rest of the run, to the largest plan a revision
-                # can make; `_StopAtPlanEnd` ends it where the plan does.
+                # can make; `_StopAtPlanEnd` ends it where the plan does.  (A
+                # shorter segment, the epoch the calibration began, is one
+                # epoch already.)
                 epochs = -(-max_steps // steps_per_epoch)
-            elif timer is not None:
-                epochs = initial_epoch + 1  # an epoch the calibration began
             if selection.plateaued(selection.read_scores(run_dir), config.early_stopping_patience):
                 break
             if deadline is not None and deadline.passed():
