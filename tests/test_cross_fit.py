@@ -165,14 +165,41 @@ def test_text_task_cross_fits_only_an_ensemble_without_a_validation_file(tmp_pat
         np.testing.assert_array_equal(w.numpy(), (j[:, None] % 10 != np.arange(3)))
     # Validation batches are plain (inputs, labels).
     assert len(next(iter(task.make_dataset(config, data.valid)))) == 2
-    # No cross-fitting: one member, a validation file, or cross_fit off.
-    for other in (config.replace(ensemble_size=1), config.replace(cross_fit=False),
-                  config.replace(valid_files=(_write(tmp_path / "v.tsv", 20),))):
+    # No cross-fitting: one member, or cross_fit off.
+    for other in (config.replace(ensemble_size=1), config.replace(cross_fit=False)):
         plain = task.load_data(other, tmp_path)
         assert task.cross_fit_members is None and len(plain.train) == 2
     # More members than ten folds: one fold each.
     many = task.load_data(config.replace(ensemble_size=12), tmp_path)
     assert list(many.train[2][:13]) == list(range(12)) + [0] and len(many.valid[0]) == 120
+
+
+def test_a_cross_fitted_validation_file_joins_the_training_pool(tmp_path):
+    task = get_task("classification")
+    train_file = _write(tmp_path / "train.tsv", 120)
+    valid_file = tmp_path / "valid.tsv"
+    valid_file.write_text("".join(f"{j % 3}\tspare words {j} here\n" for j in range(25)))
+    test_file = _write(tmp_path / "test.tsv", 15)
+    config = TrainingConfig(task="classification", dataset="files", train_files=(train_file,),
+                            valid_files=(str(valid_file),), test_files=(test_file,),
+                            ensemble_size=3, cross_fit=True)
+    data = task.load_data(config, tmp_path)
+    assert task.cross_fit_members == 3
+    texts, labels, folds = data.train
+    # The training sentences, then the validation file's, folded as one pool.
+    assert len(texts) == 145 and texts[120:] == [f"spare words {j} here" for j in range(25)]
+    assert list(labels[120:]) == [j % 3 for j in range(25)]
+    assert list(folds) == [j % 10 for j in range(145)]
+    assert data.valid[0] == [t for j, t in enumerate(texts) if j % 10 < 3]
+    assert len(data.test[0]) == 15 and len(data.test) == 2  # the test file still tests
+    # The vocabulary is learned from the whole pool.
+    task.prepare(config, data, tmp_path, write=False)
+    assert "spare" in task.tokenizer.vocabulary
+    # Not cross-fitted (cross_fit off, or one member): the file validates, apart.
+    for other in (config.replace(cross_fit=False), config.replace(ensemble_size=1)):
+        plain = task.load_data(other, tmp_path)
+        assert task.cross_fit_members is None
+        assert len(plain.train[0]) == 120 and len(plain.valid[0]) == 25
 
 
 def test_out_of_fold_scores_each_example_by_the_member_that_left_it_out():

@@ -173,12 +173,12 @@ class TrainingConfig:
     # least n times in the training text (up to vocabulary_size, the most
     # frequent first), every other word one [UNK] (Kim 2014); 0: word pieces.
     min_word_count: int = 0
-    # Text classification without a validation file, ensemble of k: true
-    # trains member i on all but fold i (sentence j is in fold j mod 10) and
-    # validates it there, so the ensemble learns from every sentence and
-    # selects by each member's accuracy on its own fold; false holds out
-    # every 10th sentence from all members.  Nothing changes where a
-    # validation file is given.
+    # Text classification, ensemble of k: true pools the training sentences
+    # and those of a validation file, if any, trains member i on all but
+    # fold i (sentence j is in fold j mod 10) and validates it there, so the
+    # ensemble learns from every labelled sentence and selects by each
+    # member's accuracy on its own fold; false validates all members on the
+    # validation file, or without one holds out every 10th sentence.
     cross_fit: bool = False
     # Text classification: word dropout; while training each token is
     # replaced by [UNK] with this probability (TransformerClassifier

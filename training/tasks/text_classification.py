@@ -40,11 +40,12 @@ class TextClassification(Task):
     without `test_files` the validation split tests).  Selection and
     test: accuracy.  The task name is the config's `"classification"`.
 
-    With `cross_fit` and an ensemble of k on data without a validation
-    file, no sentence is held out from all members: sentence j is in fold
-    j % max(10, k), member i trains on every fold but i (per-member sample
-    weights, `ClassifierEnsemble`), and the validation split is folds
-    0..k-1, each scored by the member that left it out (`OutOfFold`).
+    With `cross_fit` and an ensemble of k, no sentence is held out from
+    all members: a validation file, if any, joins the training sentences
+    (after them), sentence j of the pool is in fold j % max(10, k), member
+    i trains on every fold but i (per-member sample weights,
+    `ClassifierEnsemble`), and the validation split is folds 0..k-1, each
+    scored by the member that left it out (`OutOfFold`).
     """
 
     name = "classification"
@@ -95,8 +96,21 @@ class TextClassification(Task):
         texts, labels, names = text_files.read_classification(
             require_file(files[0], "train file"), encoding=config.encoding
         )
+
+        def ensemble(count):
+            return config.ensemble_size or default_ensemble_size(count)
+
+        if files[1] is not None and config.cross_fit and ensemble(len(texts)) > 1:
+            # Cross-fitted, a validation file joins the training pool: every
+            # labelled sentence trains all members but one, which validates on it.
+            more, more_labels, _ = text_files.read_classification(
+                require_file(files[1], "valid file"), label_names=names,
+                encoding=config.encoding,
+            )
+            texts, labels = list(texts) + list(more), list(labels) + list(more_labels)
+            files[1] = None
         splits = [(texts, np.asarray(labels, "int32"))]
-        members = config.ensemble_size or default_ensemble_size(len(texts))
+        members = ensemble(len(texts))
         self.cross_fit_members = None
         if files[1] is None and len(texts) < HOLD_OUT_MIN_SENTENCES:
             splits.append(splits[0])  # too few to spare: validate on the training text
