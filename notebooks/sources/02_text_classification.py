@@ -148,8 +148,9 @@ if SIZE == "small":
     small_model = {"hidden_dim": 32, "num_heads": 4, "intermediate_dim": 64, "num_layers": 1}
     config = config.replace(epochs=2, vocabulary_size=4000, model_overrides=small_model)
 # On at most 10,000 training sentences the preset trains five classifiers and
-# answers with their mean (`ensemble_size` null); this notebook trains one,
-# to look inside it below.
+# answers with their mean (`ensemble_size` null), cross-fitted on the
+# training and development sentences together (`cross_fit`); this notebook
+# trains one, validated on the development file, to look inside it below.
 config = config.replace(checkpoint_every_steps=100_000,  # a short run: epoch checkpoints only
                         ensemble_size=1)
 shown = ("model_preset", "model_overrides", "vocabulary_size", "min_word_count",
