@@ -24,6 +24,25 @@ def test_peak_learning_rate_scales_with_width_and_small_batches():
     assert recipe.peak_learning_rate(256, 25000) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="batch_tokens=0"):
         recipe.peak_learning_rate(256, 0)
+    # No batch factor: the width rule alone.
+    assert recipe.peak_learning_rate(128, None) == pytest.approx(1e-3 * math.sqrt(2))
+
+
+def test_a_text_classifiers_peak_does_not_fall_with_short_sentences():
+    """Its loss is one term per sentence: batches of short questions and of
+    long reviews get the same peak; a translation batch of few target tokens
+    gets a smaller one."""
+    text = TrainingConfig(task="classification")
+    peaks = {tokens: recipe.resolve(text, 128, tokens, 1000)["peak_learning_rate"]
+             for tokens in (96, 343, 668, 4096)}
+    assert list(peaks.values()) == pytest.approx([1e-3 * math.sqrt(2)] * 4)
+    assert recipe.resolve(text, 128, 343, 1000)["batch_tokens"] == 343  # still recorded
+    translation = TrainingConfig(task="translation")
+    assert recipe.resolve(translation, 128, 343, 1000)["peak_learning_rate"] == pytest.approx(
+        1e-3 * math.sqrt(2) * math.sqrt(343 / 1024))
+    # A given peak wins either way.
+    given = text.replace(learning_rate=3e-4)
+    assert recipe.resolve(given, 128, 343, 1000)["peak_learning_rate"] == 3e-4
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ de-en, Transformer-Tiny, "Budgeted Training"), as functions of what the
 run knows:
 
 - the peak learning rate falls as 1/sqrt(d_model) (1e-3 at d_model 256,
-  7.1e-4 at 512, the paper's base-model peak) and as sqrt(batch) below a
-  1,024-token batch (the noise of a small batch wants a smaller step);
+  7.1e-4 at 512, the paper's base-model peak) and, where the loss sums
+  over tokens (translation), as sqrt(batch) below a 1,024-token batch (the
+  noise of a small batch wants a smaller step);
 - the warm-up is a tenth of the planned updates, at least
   min(100, a quarter of them) and at most the paper's 4,000;
 - the decay is linear to zero at the last planned update
@@ -48,23 +49,26 @@ WARMUP_SHARE = 0.1
 WARMUP_FLOOR = 100
 
 
-def peak_learning_rate(hidden_dim, batch_tokens):
+def peak_learning_rate(hidden_dim, batch_tokens=None):
     """1e-3 at d_model 256 and 1,024-token batches; 1/sqrt(width), sqrt(batch) below.
 
     Args:
         hidden_dim: d_model.
-        batch_tokens: real tokens per batch (target tokens for translation,
-            input tokens for classification).
+        batch_tokens: real tokens per batch (target tokens for
+            translation), or None for no batch factor (text classification,
+            whose loss is one term per sentence: `Task.peak_scales_with_batch_tokens`).
 
     Returns:
         The peak learning rate of the "auto" schedule.
     """
-    if hidden_dim < 1 or batch_tokens <= 0:
+    if hidden_dim < 1 or (batch_tokens is not None and batch_tokens <= 0):
         raise ValueError(
             f"peak_learning_rate needs hidden_dim >= 1 and batch_tokens > 0; received "
             f"hidden_dim={hidden_dim!r}, batch_tokens={batch_tokens!r}."
         )
     width = math.sqrt(REFERENCE_WIDTH / hidden_dim)
+    if batch_tokens is None:
+        return REFERENCE_PEAK * width
     batch = min(1.0, math.sqrt(batch_tokens / REFERENCE_BATCH_TOKENS))
     return REFERENCE_PEAK * width * batch
 
@@ -77,11 +81,15 @@ def warmup_steps(total_steps, share=WARMUP_SHARE):
     return int(max(1, min(PAPER_WARMUP, max(round(share * total_steps), floor))))
 
 
-def default_weight_decay(task):
-    """The decay `task` (a `TrainingConfig.task` name) names in `recipe_defaults`."""
+def _task(name):
     from training.tasks import get_task  # on use: a task may import this module
 
-    return get_task(task).recipe_defaults()["weight_decay"]
+    return get_task(name)
+
+
+def default_weight_decay(task):
+    """The decay `task` (a `TrainingConfig.task` name) names in `recipe_defaults`."""
+    return _task(task).recipe_defaults()["weight_decay"]
 
 
 def resolve(config, hidden_dim, batch_tokens, total_steps):
@@ -93,7 +101,8 @@ def resolve(config, hidden_dim, batch_tokens, total_steps):
     else:
         warmup = config.warmup_steps or warmup_steps(total_steps)
         warmup = min(warmup, total_steps - 1)
-        peak = config.learning_rate or peak_learning_rate(hidden_dim, batch_tokens)
+        counted = batch_tokens if _task(config.task).peak_scales_with_batch_tokens else None
+        peak = config.learning_rate or peak_learning_rate(hidden_dim, counted)
     weight_decay = config.weight_decay
     if weight_decay is None:
         weight_decay = 0.0 if config.schedule == "paper" else default_weight_decay(config.task)

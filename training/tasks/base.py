@@ -56,6 +56,11 @@ class Task:
     fields = ()
     #: The `config.DATA_FIELDS` this task fills from its data where the config says None.
     data_fields = ()
+    #: Whether the "auto" peak learning rate falls with small batches of
+    #: `batch_tokens` (`training.recipe.peak_learning_rate`): true where the
+    #: loss sums over tokens (translation), false where it is one term per
+    #: example whatever its length (text classification).
+    peak_scales_with_batch_tokens = True
 
     def __init__(self, tokenizer=None, label_names=None):
         self.tokenizer = tokenizer
