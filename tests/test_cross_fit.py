@@ -297,6 +297,37 @@ def test_a_killed_cross_fitted_run_resumes_to_the_same_weights(tmp_path, monkeyp
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_a_cross_fitted_fit_makes_no_validation_pass_of_its_own(tmp_path, monkeypatch):
+    """Keras' per-epoch pass of the whole ensemble over the validation folds
+    was only ever replaced by the out-of-fold scores: without it the run
+    ends with the same weights and the same per-epoch `val_*` history."""
+    path = _write(tmp_path / "a.tsv", 120)
+    config = _run_config(path)
+    fit_passes = []
+    evaluate = keras.Model.evaluate
+
+    def counting(self, *args, **kwargs):
+        fit_passes.append(bool(kwargs.get("_use_cached_eval_dataset")))
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "evaluate", counting)
+    lean = train(config, tmp_path / "lean", verbose=0)
+    assert not any(fit_passes)
+    task_class = type(get_task("classification"))
+    monkeypatch.setattr(task_class, "fit_validates", lambda self, config: True)
+    both = train(config, tmp_path / "both", verbose=0)
+    assert sum(fit_passes) == 2  # the old way: one pass per epoch
+    for key in ("val_accuracy", "val_loss"):
+        assert len(lean["history"][key]) == 2
+        np.testing.assert_allclose(lean["history"][key], both["history"][key], atol=1e-6)
+    models = [keras.saving.load_model(tmp_path / n / "model.keras") for n in ("lean", "both")]
+    for a, b in zip(*(m.get_weights() for m in models), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # Not cross-fitted: fit validates as before.
+    assert get_task("classification").fit_validates(config)
+
+
 def test_cross_fit_must_be_a_boolean():
     with pytest.raises(ValueError, match=re.escape("cross_fit='yes'")):
         TrainingConfig(cross_fit="yes").validate()

@@ -262,7 +262,8 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 # run ended 49 s late that way).
                 break
             h = model.fit(
-                train_stream.skip(checkpoint.step), validation_data=valid,
+                train_stream.skip(checkpoint.step),
+                validation_data=valid if task.fit_validates(config) else None,
                 initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
                 callbacks=callbacks, verbose=verbose, shuffle=False,
             )

@@ -19,7 +19,7 @@ Who calls what:
 | `data_defaults`, `resolve_config` | `training.train`, after `load_data` |
 | `load_data`, `prepare`, `make_dataset`, `batch_tokens` | `training.train` (data, vocabulary) |
 | `build_model`, `loss_and_metrics` | `training.train._build` |
-| `validation_score`, `time_evaluation`, `callbacks`, `evaluate` | `training.train` |
+| `validation_score`, `time_evaluation`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
 | `load_assets` | `training.run_dir.load_run` |
 | `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.predict`, `export.verify` |
 | `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
@@ -176,6 +176,12 @@ class Task:
     def callbacks(self, config, model, data, logs_dir):
         """Task callbacks, placed before the pipeline's (TensorBoard last)."""
         return []
+
+    def fit_validates(self, config):
+        """Whether `fit` runs Keras' own pass over the validation split each
+        epoch; false where a task callback logs `val_*` itself and that pass
+        would be thrown away (a cross-fitted ensemble)."""
+        return True
 
     def evaluate(self, config, model, data, valid, plan=None):
         """{"valid_<metric>": ..., test figures...} of the final model.

@@ -185,9 +185,10 @@ class OutOfFold:
 
 class OutOfFoldLogs(keras.callbacks.Callback):
     """Puts the out-of-fold scores in the epoch logs as `val_accuracy` and
-    `val_loss`, over Keras' own validation of the whole ensemble (whose
-    members trained on most of those examples); place it before the
-    callbacks that read them (selection, TensorBoard)."""
+    `val_loss` (the text task's `fit` makes no validation pass of its own
+    when cross-fitted: the whole ensemble's members trained on most of
+    those examples); place it before the callbacks that read them
+    (selection, TensorBoard)."""
 
     def __init__(self, out_of_fold):
         super().__init__()

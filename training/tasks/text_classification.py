@@ -194,6 +194,12 @@ class TextClassification(Task):
             return [classifiers.OutOfFoldLogs(self.out_of_fold(config, data))]
         return []
 
+    def fit_validates(self, config):
+        # Cross-fitted, `OutOfFoldLogs` scores each validation sentence by
+        # the one member that left it out; Keras' pass of the whole ensemble
+        # over the same sentences would only be replaced.
+        return not self.cross_fit_members
+
     def evaluate(self, config, model, data, valid, plan=None):
         if not self.cross_fit_members:
             return super().evaluate(config, model, data, valid, plan)
