@@ -7,6 +7,7 @@ run in which a member provably never learns the labels it validates on.
 
 import json
 import re
+import time
 
 import keras
 import numpy as np
@@ -326,6 +327,55 @@ def test_a_cross_fitted_fit_makes_no_validation_pass_of_its_own(tmp_path, monkey
         np.testing.assert_allclose(a, b, atol=1e-6)
     # Not cross-fitted: fit validates as before.
     assert get_task("classification").fit_validates(config)
+
+
+class _Planned(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_a_budgeted_cross_fitted_run_plans_no_validation_pass_per_epoch(tmp_path, monkeypatch):
+    """Under a time budget, an epoch of a cross-fitted run is planned to cost
+    its out-of-fold scores (timed, once), not the whole ensemble's pass over
+    the validation folds, which its `fit` no longer makes; the end still
+    keeps time for that pass (the test file's).  The ensemble's pass is made
+    to take 2 s here (and checkpoint saves none): the old plan counted that
+    pass in every epoch."""
+    from training import budget
+    from training import train as train_module
+
+    evaluate, scores, planned = keras.Model.evaluate, OutOfFold.scores, []
+
+    def slow_pass(self, *args, **kwargs):
+        time.sleep(2.0)
+        return evaluate(self, *args, **kwargs)
+
+    def counted(self, model):
+        planned.append("out_of_fold")
+        return scores(self, model)
+
+    def stop(seconds_left, seconds_per_step, steps_per_epoch, done_steps,
+             seconds_per_validation, seconds_final, max_steps):
+        planned.append((seconds_per_validation, seconds_final))
+        raise _Planned
+
+    monkeypatch.setattr(keras.Model, "evaluate", slow_pass)
+    monkeypatch.setattr(OutOfFold, "scores", counted)
+    monkeypatch.setattr(budget, "plan_total_steps", stop)
+    monkeypatch.setattr(train_module, "_seconds_per_save", lambda checkpoint: 0.0)
+    config = _run_config(_write(tmp_path / "a.tsv", 120), ["time_budget_minutes=10"])
+    with pytest.raises(_Planned):
+        train(config, tmp_path / "lean", verbose=0)
+    assert planned[0] == "out_of_fold" and len(planned) == 2, planned  # timed once
+    per_epoch, final = planned[1]
+    assert per_epoch < 2.0 and final >= 5.0 + 3 * 2.0, planned
+    # A task whose fit validates still plans the pass in every epoch.
+    task_class = type(get_task("classification"))
+    monkeypatch.setattr(task_class, "fit_validates", lambda self, config: True)
+    planned.clear()
+    with pytest.raises(_Planned):
+        train(config, tmp_path / "both", verbose=0)
+    assert planned[-1][0] >= 2.0, planned
 
 
 def test_cross_fit_must_be_a_boolean():

@@ -488,12 +488,17 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
         config, model, data, validation_score, seconds_loss, plan
     )
     seconds_final += seconds_compiling
+    # An epoch ends with Keras' pass over the validation split (unless the
+    # task logs `val_*` itself: `fit_validates`), the task's score beyond
+    # it, and the epoch's checkpoint saves.
+    seconds_validation = seconds_score + 2 * seconds_save
+    if task.fit_validates(config):
+        seconds_validation += seconds_loss
 
     def plan_total():
         return budget.plan_total_steps(
             60 * config.time_budget_minutes - watch.elapsed(), seconds_per_step,
-            steps_per_epoch, step, seconds_loss + seconds_score + 2 * seconds_save,
-            seconds_final, max_steps,
+            steps_per_epoch, step, seconds_validation, seconds_final, max_steps,
         )
 
     total = plan_total()
@@ -512,7 +517,7 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
         "total_steps": int(total),
         "seconds_per_step": round(seconds_per_step, 4),
         "seconds_compiling_later": round(seconds_compiling, 1),
-        "seconds_per_validation": round(seconds_loss + seconds_score + 2 * seconds_save, 2),
+        "seconds_per_validation": round(seconds_validation, 2),
         "seconds_reserved_for_final": round(seconds_final, 1),
         "planned_at_second": round(watch.elapsed(), 1),
     })

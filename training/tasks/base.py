@@ -166,7 +166,10 @@ class Task:
         """(seconds of one score beyond the loss pass, seconds kept for the end).
 
         Called once while planning a time budget, after one validation pass
-        of `seconds_loss`. The end is selection, the test evaluation and
+        of `seconds_loss` (and after each epoch of it, with the plan's
+        `seconds_per_validation` in its place).  Where `fit_validates` is
+        false no loss pass ends an epoch: the first figure is then the whole
+        per-epoch score. The end is selection, the test evaluation and
         saving: by default a few validation passes.  A task may leave a
         costly part of its test out of a short budget by recording that in
         `plan` (plan.json, which `evaluate` then receives, on resume too).
