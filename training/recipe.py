@@ -94,6 +94,7 @@ def default_weight_decay(task):
 
 def resolve(config, hidden_dim, batch_tokens, total_steps):
     """The schedule and optimizer values a run uses (a JSON-able dict)."""
+    task = _task(config.task)
     if config.schedule == "paper":
         warmup = config.warmup_steps or PAPER_WARMUP
         peak = TransformerSchedule(hidden_dim, warmup, config.learning_rate_scale)
@@ -101,11 +102,11 @@ def resolve(config, hidden_dim, batch_tokens, total_steps):
     else:
         warmup = config.warmup_steps or warmup_steps(total_steps)
         warmup = min(warmup, total_steps - 1)
-        counted = batch_tokens if _task(config.task).peak_scales_with_batch_tokens else None
+        counted = batch_tokens if task.peak_scales_with_batch_tokens else None
         peak = config.learning_rate or peak_learning_rate(hidden_dim, counted)
     weight_decay = config.weight_decay
     if weight_decay is None:
-        weight_decay = 0.0 if config.schedule == "paper" else default_weight_decay(config.task)
+        weight_decay = 0.0 if config.schedule == "paper" else task.recipe_defaults()["weight_decay"]
     return {
         "schedule": config.schedule,
         "peak_learning_rate": float(peak),

@@ -100,28 +100,29 @@ class TextClassification(Task):
                 f"dataset={config.dataset!r} is not a text classification dataset; "
                 "use sst2, trec or files."
             )
+        train_file, valid_file, test_file = files
         texts, labels, names = text_files.read_classification(
-            require_file(files[0], "train file"), encoding=config.encoding
+            require_file(train_file, "train file"), encoding=config.encoding
         )
 
         def ensemble(count):
             return config.ensemble_size or default_ensemble_size(count)
 
-        if files[1] is not None and config.cross_fit and ensemble(len(texts)) > 1:
+        if valid_file is not None and config.cross_fit and ensemble(len(texts)) > 1:
             # Cross-fitted, a validation file joins the training pool: every
             # labelled sentence trains all members but one, which validates on it.
             more, more_labels, _ = text_files.read_classification(
-                require_file(files[1], "valid file"), label_names=names,
+                require_file(valid_file, "valid file"), label_names=names,
                 encoding=config.encoding,
             )
             texts, labels = list(texts) + list(more), list(labels) + list(more_labels)
-            files[1] = None
+            valid_file = None  # pooled: the validation split is out-of-fold (below)
         splits = [(texts, np.asarray(labels, "int32"))]
         members = ensemble(len(texts))
         self.cross_fit_members = None
-        if files[1] is None and len(texts) < HOLD_OUT_MIN_SENTENCES:
+        if valid_file is None and len(texts) < HOLD_OUT_MIN_SENTENCES:
             splits.append(splits[0])  # too few to spare: validate on the training text
-        elif files[1] is None and config.cross_fit and members > 1:
+        elif valid_file is None and config.cross_fit and members > 1:
             self.cross_fit_members = members
             folds = np.arange(len(texts)) % max(HOLD_OUT_EVERY, members)
             valid = folds < members
@@ -130,14 +131,14 @@ class TextClassification(Task):
                 ([t for t, v in zip(texts, valid, strict=True) if v], splits[0][1][valid],
                  folds[valid]),
             ]
-        elif files[1] is None:
+        elif valid_file is None:
             held_out = np.arange(len(texts)) % HOLD_OUT_EVERY == 0
             splits = [
                 ([t for t, h in zip(texts, held_out, strict=True) if h == side],
                  splits[0][1][held_out == side])
                 for side in (False, True)
             ]
-        for path, what in zip(files[1:], ("valid file", "test file"), strict=True):
+        for path, what in ((valid_file, "valid file"), (test_file, "test file")):
             if path is None:
                 continue
             t, y, _ = text_files.read_classification(
