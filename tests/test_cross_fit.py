@@ -220,6 +220,31 @@ def test_out_of_fold_scores_each_example_by_the_member_that_left_it_out():
     assert oof(model) == scores["accuracy"]
 
 
+def test_out_of_fold_names_a_member_that_learned_nothing():
+    """A member stuck at one answer (its head's hidden ReLUs all dead, as
+    on MR with dropout 0.5) scores its fold's majority share, and the
+    per-member figures show it, where the ensemble's accuracy hides it."""
+    model = _ensemble(size=3)
+    x = _tokens(batch=12)
+    y = np.array([0, 1, 2, 0] * 3)
+    folds = np.arange(12) % 3
+    stuck = model.members[1]
+    kernel, bias = stuck.head_hidden.get_weights()
+    stuck.head_hidden.set_weights([-np.abs(kernel), np.full_like(bias, -1.0)])  # all dead
+    out_kernel, out_bias = stuck.head_output.get_weights()
+    stuck.head_output.set_weights([out_kernel, np.array([0.0, 5.0, 0.0], "float32")])
+    scores = OutOfFold(x, y, folds).scores(model)
+    rows = folds == 1
+    assert scores["member_accuracy"][1] == pytest.approx((y[rows] == 1).mean())
+    for i in range(3):
+        rows = folds == i
+        predicted = np.asarray(model.members[i](x[rows])).argmax(-1)
+        assert scores["member_accuracy"][i] == pytest.approx((predicted == y[rows]).mean(), abs=1e-4)
+        assert scores["fold_majority"][i] == pytest.approx(np.bincount(y[rows]).max() / rows.sum(), abs=1e-4)
+    assert scores["accuracy"] == pytest.approx(
+        np.mean([scores["member_accuracy"][i] for i in range(3)]), abs=1e-4)  # equal folds
+
+
 def test_out_of_fold_of_a_single_sigmoid_output():
     model = ClassifierEnsemble([_member(f"s{i}", num_classes=1) for i in range(2)])
     model.compile(loss=keras.losses.BinaryCrossentropy(from_logits=True))
@@ -262,6 +287,8 @@ def test_a_cross_fitted_member_never_learns_the_labels_it_validates_on(tmp_path)
         model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         assert metrics["valid_accuracy"] == pytest.approx(
             task.out_of_fold(config, data)(model), abs=1e-6)
+        # Each member's own fold, reported beside the ensemble's figure.
+        assert len(metrics["valid_member_accuracy"]) == len(metrics["valid_fold_majority"]) == 2
         history = json.loads((tmp_path / name / "metrics.json").read_text())["history"]
         assert history["val_accuracy"][-1] == pytest.approx(metrics["valid_accuracy"], abs=1e-6)
         # No test file: the validation folds test, out-of-fold as well.

@@ -169,14 +169,26 @@ class OutOfFold:
         return out
 
     def scores(self, model):
-        """{"accuracy": ..., "loss": ...}: the compiled loss on the out-of-fold logits."""
+        """{"accuracy", "loss"}: the compiled loss on the out-of-fold logits;
+        and per member i, "member_accuracy" (on fold i) beside "fold_majority"
+        (fold i's most common class's share: what a member that learned
+        nothing scores).  The ensemble's figures hide a member stuck at
+        chance; these show it."""
         logits = self.logits(model)
         if logits.shape[-1] == 1:
             predicted, y = (logits[:, 0] > 0).astype("int32"), self.labels[:, None]
         else:
             predicted, y = logits.argmax(-1), self.labels
         loss = keras.ops.convert_to_numpy(model.loss(y, logits))
-        return {"accuracy": float((predicted == self.labels).mean()), "loss": float(loss)}
+        correct = predicted == self.labels
+        members, majority = [], []
+        for i in range(len(model.members)):
+            rows = self.folds == i
+            members.append(round(float(correct[rows].mean()), 4) if rows.any() else None)
+            counts = np.bincount(self.labels[rows]) if rows.any() else np.zeros(1)
+            majority.append(round(float(counts.max() / max(rows.sum(), 1)), 4))
+        return {"accuracy": float(correct.mean()), "loss": float(loss),
+                "member_accuracy": members, "fold_majority": majority}
 
     def __call__(self, model):
         """The selection score: out-of-fold accuracy."""
