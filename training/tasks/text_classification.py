@@ -213,7 +213,11 @@ class TextClassification(Task):
             plan["seconds_out_of_fold"] = round(time.perf_counter() - started, 3)
             plan["seconds_ensemble_pass"] = round(seconds_loss, 3)
         per_epoch = plan["seconds_out_of_fold"]
-        return per_epoch, 5.0 + 3 * max(plan["seconds_ensemble_pass"], per_epoch)
+        # The end: the default reserve, counted in the ensemble's passes.
+        _, final = super().time_evaluation(
+            config, model, data, score, max(plan["seconds_ensemble_pass"], per_epoch), plan
+        )
+        return per_epoch, final
 
     def callbacks(self, config, model, data, logs_dir):
         if self.cross_fit_members:
