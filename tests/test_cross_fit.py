@@ -405,6 +405,7 @@ def test_a_budgeted_cross_fitted_run_plans_no_validation_pass_per_epoch(tmp_path
     assert planned[-1][0] >= 2.0, planned
 
 
-def test_cross_fit_must_be_a_boolean():
-    with pytest.raises(ValueError, match=re.escape("cross_fit='yes'")):
-        TrainingConfig(cross_fit="yes").validate()
+@pytest.mark.parametrize("name", ["cross_fit", "head_norm"])
+def test_text_switches_must_be_booleans(name):
+    with pytest.raises(ValueError, match=re.escape(f"{name}='yes'")):
+        TrainingConfig(**{name: "yes"}).validate()

@@ -185,6 +185,10 @@ class TrainingConfig:
     # `token_dropout`, Iyyer et al. 2015); 0: none.  0.1 was tried on the
     # presets and not adopted (README, Kim's four other sets).
     token_dropout: float = 0.0
+    # Text classification: LayerNorm of the pooled sentence features before
+    # the head (TransformerClassifier `head_norm`): without it most of the
+    # head's ReLUs died on MR, all of them with dropout 0.5.
+    head_norm: bool = False
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -265,7 +269,7 @@ class TrainingConfig:
                 "`min_word_count` must be a non-negative integer; received "
                 f"min_word_count={self.min_word_count!r}."
             )
-        for name in ("standardize_series", "cross_fit"):
+        for name in ("standardize_series", "cross_fit", "head_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"`{name}` must be true or false; received {name}={getattr(self, name)!r}."

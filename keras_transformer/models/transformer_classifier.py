@@ -105,7 +105,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
     The encoder output is pooled over real positions (padding excluded):
     averaged (`pooling="mean"`) or its maximum per feature (`"max"`,
-    max-over-time as Kim's CNN), then
+    max-over-time as Kim's CNN), then (with `head_norm`) a LayerNorm, and
     `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
 
     Args:
@@ -120,6 +120,14 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             `patch_length` > 1 (learned positions only).
         positions: `"sinusoidal"` or `"learned"`.
         head_hidden_dim: width of the head's hidden layer (d_model if None).
+        head_norm: LayerNorm of the pooled features before the head.
+            Max-pooled ReLU features are all >= 0, with a level they share
+            from one input to the next, so the head's pre-activations move
+            together: a ReLU pushed below zero for one input is below zero
+            for all and never gets a gradient again.  On a binary sentence
+            set most of the head's units died that way, and with dropout
+            0.5 all of them (the classifier then stayed at chance); with
+            the norm it learns.
         patch_length: time steps per token (numeric input only); 1 gives
             one token per step.  A single value per token gives attention
             little to compare; the generated task of notebook 05 is learned
@@ -175,6 +183,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         positions="sinusoidal",
         normalize_first=False,
         head_hidden_dim=None,
+        head_norm=False,
         layer_norm_epsilon=1e-6,
         patch_length=1,
         patch_stride=None,
@@ -218,11 +227,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
-        if not isinstance(standardize_series, bool):
-            raise ValueError(
-                "`standardize_series` must be True or False; received "
-                f"standardize_series={standardize_series!r}."
-            )
+        for name, value in (("standardize_series", standardize_series), ("head_norm", head_norm)):
+            if not isinstance(value, bool):
+                raise ValueError(f"`{name}` must be True or False; received {name}={value!r}.")
         numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
                         ("standardize_series", standardize_series, False))
         for name, value, default in numeric_only:
@@ -296,6 +303,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             MaskedMeanPooling(dtype=dtype, name="mean_pooling") if pooling == "mean"
             else MaskedMaxPooling(dtype=dtype, name="max_pooling")
         )
+        self.head_norm = (
+            keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="head_norm"
+            )
+            if head_norm else None
+        )
         self.head_hidden = keras.layers.Dense(
             head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
         )
@@ -328,6 +341,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.positions = positions
         self.normalize_first = normalize_first
         self.head_hidden_dim = head_hidden_dim
+        self.use_head_norm = head_norm
         self.layer_norm_epsilon = layer_norm_epsilon
         self.patch_length = patch_length
         self.patch_stride = patch_stride
@@ -362,6 +376,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
     def _head(self, x):
         """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
+        if self.head_norm is not None:
+            x = self.head_norm(x)
         x = self.head_dropout(self.head_hidden(x))
         return self.logits_cast(self.head_output(x))
 
@@ -421,6 +437,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "positions": self.positions,
             "normalize_first": self.normalize_first,
             "head_hidden_dim": self.head_hidden_dim,
+            "head_norm": self.use_head_norm,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "patch_length": self.patch_length,
             "patch_stride": self.patch_stride,

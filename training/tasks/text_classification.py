@@ -54,7 +54,7 @@ class TextClassification(Task):
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
     fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "mixup_alpha",
-              "cross_fit", "token_dropout")
+              "cross_fit", "token_dropout", "head_norm")
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
     cross_fit_members = None
@@ -171,11 +171,13 @@ class TextClassification(Task):
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
-        # Mixup of the pooled sentence features and word dropout, in the
-        # model (`mixup_alpha`, `token_dropout`).
+        # Mixup of the pooled sentence features, word dropout and the
+        # LayerNorm before the head, in the model (`mixup_alpha`,
+        # `token_dropout`, `head_norm`).
         return classifiers.build_classifier(
             config, data, vocabulary_size=self.tokenizer.vocabulary_size,
             mixup_alpha=config.mixup_alpha, token_dropout=config.token_dropout,
+            head_norm=config.head_norm,
         )
 
     def loss_and_metrics(self, config):
