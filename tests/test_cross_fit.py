@@ -8,6 +8,7 @@ run in which a member provably never learns the labels it validates on.
 import json
 import re
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -18,7 +19,7 @@ from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training import pipeline
 from training.config import TrainingConfig, load_config
 from training.tasks import get_task
-from training.tasks.classifiers import OutOfFold
+from training.tasks.classifiers import LearnedNothingWarning, OutOfFold
 from training.train import train
 
 
@@ -245,6 +246,16 @@ def test_out_of_fold_names_a_member_that_learned_nothing():
         np.mean([scores["member_accuracy"][i] for i in range(3)]), abs=1e-4)  # equal folds
 
 
+def test_a_member_no_better_than_its_folds_majority_is_named_in_a_warning():
+    scores = {"member_accuracy": [0.81, 0.5, 0.62, None], "fold_majority": [0.5, 0.5, 0.6, 0.0]}
+    with pytest.warns(LearnedNothingWarning, match=r"member 1 scores 0\.500 .*\(0\.500\).*head_norm") as caught:
+        OutOfFold.warn_if_a_member_learned_nothing(scores)
+    assert len(caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OutOfFold.warn_if_a_member_learned_nothing({"member_accuracy": [0.51], "fold_majority": [0.5]})
+
+
 def test_out_of_fold_of_a_single_sigmoid_output():
     model = ClassifierEnsemble([_member(f"s{i}", num_classes=1) for i in range(2)])
     model.compile(loss=keras.losses.BinaryCrossentropy(from_logits=True))
@@ -277,7 +288,15 @@ def test_a_cross_fitted_member_never_learns_the_labels_it_validates_on(tmp_path)
     (tmp_path / "b.tsv").write_text("".join(relabelled))
     weights = []
     for name, path in (("a", first), ("b", str(tmp_path / "b.tsv"))):
-        metrics = train(_run_config(path), tmp_path / name, verbose=0)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", LearnedNothingWarning)
+            metrics = train(_run_config(path), tmp_path / name, verbose=0)
+        # A warning names exactly the members no better than their fold's majority.
+        named = {int(re.search(r"member (\d+) ", str(w.message)).group(1))
+                 for w in seen if issubclass(w.category, LearnedNothingWarning)}
+        assert named == {i for i, (a, m) in enumerate(zip(metrics["valid_member_accuracy"],
+                                                          metrics["valid_fold_majority"]))
+                         if a <= m}
         model = keras.saving.load_model(tmp_path / name / "model.keras")
         weights.append([m.get_weights() for m in model.members])
         task = get_task("classification")

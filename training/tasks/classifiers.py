@@ -5,12 +5,19 @@ and predicted outputs are `{"probabilities": (N, K) float32, "labels": (N,)
 bytes}`, K being `num_classes` (1 for a single sigmoid output).
 """
 
+import warnings
+
 import keras
 import numpy as np
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.losses import SparseSmoothedCrossentropy
 from training.tasks.common import preset_config, with_cardinality
+
+class LearnedNothingWarning(UserWarning):
+    """A cross-fitted member no better, on the sentences it left out, than
+    always answering their most common class."""
+
 
 #: The models `build_classifier` returns (`Task.model_class`).
 MODEL_CLASSES = (TransformerClassifier, ClassifierEnsemble)
@@ -189,6 +196,24 @@ class OutOfFold:
             majority.append(round(float(counts.max() / max(rows.sum(), 1)), 4))
         return {"accuracy": float(correct.mean()), "loss": float(loss),
                 "member_accuracy": members, "fold_majority": majority}
+
+    @staticmethod
+    def warn_if_a_member_learned_nothing(scores):
+        """Warns, naming each member whose accuracy on its own fold is no
+        better than always answering that fold's most common class."""
+        for i, (accuracy, majority) in enumerate(
+                zip(scores["member_accuracy"], scores["fold_majority"])):
+            if accuracy is not None and accuracy <= majority:
+                warnings.warn(
+                    f"Cross-fitted member {i} scores {accuracy:.3f} on the sentences it left "
+                    f"out, no better than always answering their most common class "
+                    f"({majority:.3f}): it learned nothing, and the ensemble averages it in. "
+                    "On MR this was the classifier head's ReLUs, all inactive after two epochs "
+                    "with dropout 0.5; head_norm=true (a LayerNorm before the head) or a lower "
+                    "model.dropout avoids it.",
+                    LearnedNothingWarning,
+                    stacklevel=2,
+                )
 
     def __call__(self, model):
         """The selection score: out-of-fold accuracy."""

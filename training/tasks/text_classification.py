@@ -236,6 +236,7 @@ class TextClassification(Task):
         if not self.cross_fit_members:
             return super().evaluate(config, model, data, valid, plan)
         scores = self.out_of_fold(config, data).scores(model)
+        classifiers.OutOfFold.warn_if_a_member_learned_nothing(scores)
         metrics = {f"valid_{k}": v for k, v in scores.items()}
         if len(data.test) == 3:  # the validation folds also test: these scores, not a second pass
             metrics.update({f"test_{k}": v for k, v in scores.items()})
