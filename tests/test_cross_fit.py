@@ -295,7 +295,8 @@ def test_a_cross_fitted_member_never_learns_the_labels_it_validates_on(tmp_path)
         named = {int(re.search(r"member (\d+) ", str(w.message)).group(1))
                  for w in seen if issubclass(w.category, LearnedNothingWarning)}
         assert named == {i for i, (a, m) in enumerate(zip(metrics["valid_member_accuracy"],
-                                                          metrics["valid_fold_majority"]))
+                                                          metrics["valid_fold_majority"],
+                                                          strict=True))
                          if a <= m}
         model = keras.saving.load_model(tmp_path / name / "model.keras")
         weights.append([m.get_weights() for m in model.members])

@@ -14,6 +14,7 @@ from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.losses import SparseSmoothedCrossentropy
 from training.tasks.common import preset_config, with_cardinality
 
+
 class LearnedNothingWarning(UserWarning):
     """A cross-fitted member no better, on the sentences it left out, than
     always answering their most common class."""
@@ -202,7 +203,7 @@ class OutOfFold:
         """Warns, naming each member whose accuracy on its own fold is no
         better than always answering that fold's most common class."""
         for i, (accuracy, majority) in enumerate(
-                zip(scores["member_accuracy"], scores["fold_majority"])):
+                zip(scores["member_accuracy"], scores["fold_majority"], strict=True)):
             if accuracy is not None and accuracy <= majority:
                 warnings.warn(
                     f"Cross-fitted member {i} scores {accuracy:.3f} on the sentences it left "
