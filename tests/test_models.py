@@ -46,7 +46,7 @@ def _build(kind):
     if kind == "classifier_tokens":
         return TransformerClassifier(vocabulary_size=20, **CLASSIFIER), SOURCE
     if kind == "classifier_ngrams":
-        return TransformerClassifier(  # the text presets' model
+        return TransformerClassifier(  # the text presets' model, with the head_norm option
             vocabulary_size=20, ngram_widths=(2, 3), pooling="max", head_norm=True, **CLASSIFIER
         ), SOURCE
     return TransformerClassifier(num_features=3, **CLASSIFIER), FEATURES

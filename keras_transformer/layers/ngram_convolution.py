@@ -4,7 +4,11 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.validation import check_positive_int, check_rate
+from keras_transformer.layers.validation import (
+    check_bool,
+    check_positive_int,
+    check_rate,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -66,8 +70,7 @@ class NGramConvolution(keras.layers.Layer):
             check_positive_int("widths", width)
         check_positive_int("filters", filters, allow_none=True)
         check_rate("dropout", dropout)
-        if not isinstance(residual, bool):
-            raise ValueError(f"`residual` must be True or False; received residual={residual!r}.")
+        check_bool("residual", residual)
         self.residual = residual
         self.widths = widths
         self.filters = filters

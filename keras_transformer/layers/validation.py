@@ -30,6 +30,12 @@ def check_non_negative(name, value):
     return float(value)
 
 
+def check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False; received {name}={value!r}.")
+    return value
+
+
 def check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(

@@ -18,6 +18,7 @@ from keras_transformer.layers.token_and_position_embedding import (
 from keras_transformer.layers.token_dropout import TokenDropout
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
+    check_bool,
     check_choice,
     check_divisible,
     check_non_negative,
@@ -227,9 +228,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
-        for name, value in (("standardize_series", standardize_series), ("head_norm", head_norm)):
-            if not isinstance(value, bool):
-                raise ValueError(f"`{name}` must be True or False; received {name}={value!r}.")
+        check_bool("standardize_series", standardize_series)
+        check_bool("head_norm", head_norm)
         numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
                         ("standardize_series", standardize_series, False))
         for name, value, default in numeric_only:
