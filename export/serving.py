@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
+from training.detokenize import detokenize_punctuation_graph
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
@@ -88,7 +89,9 @@ class TranslatorModule(tf.Module):
     cuts them, decoded with the key/value cache, and detokenized. The output
     length is capped at min(S + 50, `max_sequence_length`), S being the
     longest (cut) source of the batch (Section 6.1, and the decoder has no
-    positions beyond `max_sequence_length`).
+    positions beyond `max_sequence_length`). Detokenized text has its
+    punctuation attached as a person writes it ("a man's t-shirt."), by the
+    rules BLEU scores with (`training.detokenize`).
 
     Args:
         model: A trained `keras_transformer.models.Transformer`.
@@ -143,7 +146,8 @@ class TranslatorModule(tf.Module):
         )  # (B, L)
 
     def _detokenize(self, token_ids):
-        return self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(token_ids))
+        text = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(token_ids))
+        return detokenize_punctuation_graph(text)  # "a man's t-shirt.", not "a man ' s t - shirt ."
 
     @tf.function(input_signature=[SENTENCES])
     def translate(self, sentences):

@@ -32,6 +32,7 @@ from export.saved_model_cli import input_exprs, parse_output, parse_printed_arra
 from export.verify import PROBES, compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import TransformerClassifier
+from training.detokenize import detokenize_punctuation
 from training.tokenizers import WordPieceTokenizer
 
 EXAMPLES = SENTENCES[:6] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
@@ -129,7 +130,9 @@ def test_ids_and_beam_signatures_match_keras(translator, tokenizer, loaded_trans
     beam = loaded_translator.signatures["translate_beam"](
         sentences=tf.constant(EXAMPLES[:8])
     )
-    assert list(beam["translations"].numpy()) == list(text.numpy())
+    # Served text has its punctuation attached by the same rules as BLEU's.
+    expected_text = [detokenize_punctuation(t.decode("utf-8")) for t in text.numpy()]
+    assert [t.decode("utf-8") for t in beam["translations"].numpy()] == expected_text
     np.testing.assert_allclose(beam["scores"], scores, atol=1e-5)
 
 

@@ -40,7 +40,17 @@ of en, de, fr and cs. Re-spacing the test_2016_flickr references with a
 `WordPieceTokenizer` and undoing it gives 100.00 (en, de, fr) and 99.95 (cs)
 cased BLEU, against 98.41, 97.17, 79.94 and 99.90 for the earlier rules
 (clitics and spaces before and after brackets and punctuation only).
+
+`detokenize_punctuation_graph` applies the same rules to a string tensor
+with TensorFlow core ops, so that a served SavedModel answers "a man's
+t-shirt." rather than "a man ' s t - shirt ." and the package's own
+predictions match it.
 """
+
+import functools
+import sys
+
+import tensorflow as tf
 
 _ATTACH_LEFT = frozenset(".,!?;:%)]}“”»…")
 _ATTACH_RIGHT = frozenset("([{$„«")
@@ -146,3 +156,166 @@ def _apostrophe(before, after, word_before, word_after):
     if len(before) > 1 and before[-1] in "sS":
         return (True, False)  # "dogs' toys".
     return (True, True)  # "l'homme", "o'clock".
+
+
+# ---------------------------------------------------------------------------
+# The same rules as graph ops, for serving.
+#
+# Each token is compared with its neighbours in its row: the ragged tokens'
+# flat values are shifted by one, and a neighbour across a row boundary is
+# masked out. A straight double quote opens when an even number of quotes
+# comes before it in its row and some word follows it; this is what
+# `_quote_roles` computes, since a quote forced to close (no word after it)
+# has only quotes with no word after them after it, which close too.
+
+
+def _char_class(predicate):
+    """An RE2 character class of the code points where `predicate` holds.
+
+    Built from this Python's own Unicode tables, so `str.isalnum` and
+    `str.isdigit` (which `detokenize_punctuation` uses) and the graph agree on
+    every character, where RE2's `\\pL` or `\\p{Nd}` follow its own Unicode
+    version and `isdigit` also holds superscripts and circled digits.
+    """
+    ranges, start = [], None
+    for code in range(sys.maxunicode + 2):
+        inside = (
+            code <= sys.maxunicode
+            and not 0xD800 <= code < 0xE000
+            and predicate(chr(code))
+        )
+        if inside and start is None:
+            start = code
+        elif not inside and start is not None:
+            ranges.append(
+                f"\\x{{{start:x}}}"
+                if start == code - 1
+                else f"\\x{{{start:x}}}-\\x{{{code - 1:x}}}"
+            )
+            start = None
+    return "[" + "".join(ranges) + "]"
+
+
+@functools.cache
+def _classes():
+    return _char_class(str.isalnum), _char_class(str.isdigit)
+
+
+def _is_in(tokens, members):
+    members = tf.constant(sorted(members), tf.string)
+    return tf.reduce_any(tf.equal(tokens[:, None], members[None, :]), axis=1)
+
+
+def detokenize_punctuation_graph(texts):
+    """`detokenize_punctuation` of each string of a tensor, in graph ops.
+
+    Args:
+        texts: A `(B,)` `tf.string` tensor (or list of str), each sentence's
+            words separated by spaces, e.g. `WordPieceTokenizer.detokenize`.
+
+    Returns:
+        A `(B,)` `tf.string` tensor: element i is
+        `detokenize_punctuation(texts[i])` (words are split at ASCII
+        whitespace, which is all the word-piece detokenizer writes).
+    """
+    texts = tf.convert_to_tensor(texts, tf.string)
+    if texts.shape.rank != 1:
+        raise ValueError(
+            f"texts must be a 1-D string tensor; received shape {texts.shape}."
+        )
+    alnum, digit = _classes()
+    tokens = tf.strings.split(texts)
+    t = tokens.flat_values
+    rows = tokens.value_rowids()
+    row_start = tf.gather(tokens.row_starts(), rows)
+    row_end = tf.gather(tokens.row_limits(), rows) - 1
+    index = tf.range(tf.size(t, out_type=tf.int64))
+    has_before, has_after = index > row_start, index < row_end
+
+    def before(x, empty):
+        shifted = tf.concat([tf.reshape(empty, [1]), x[:-1]], axis=0)
+        return tf.where(has_before, shifted, empty)
+
+    def after(x, empty):
+        shifted = tf.concat([x[1:], tf.reshape(empty, [1])], axis=0)
+        return tf.where(has_after, shifted, empty)
+
+    length = tf.strings.length(t, unit="UTF8_CHAR")
+    first = tf.strings.substr(t, 0, 1, unit="UTF8_CHAR")
+    last = tf.strings.substr(t, -1, 1, unit="UTF8_CHAR")
+    lower = tf.strings.lower(t, encoding="utf-8")
+    starts_word = tf.strings.regex_full_match(first, alnum)
+    first_digit = tf.strings.regex_full_match(first, digit)
+    last_digit = tf.strings.regex_full_match(last, digit)
+
+    # Quote roles (`_quote_roles`).
+    is_quote = tf.equal(t, '"')
+    quotes = tf.cumsum(tf.cast(is_quote, tf.int64), exclusive=True)
+    quotes_before = quotes - tf.gather(quotes, row_start)
+    words = tf.cumsum(tf.cast(starts_word, tf.int64))
+    word_follows = tf.gather(words, row_end) > words
+    opening = is_quote & (quotes_before % 2 == 0) & word_follows
+    closing_quote = is_quote & ~opening
+
+    ends_word = (
+        tf.strings.regex_full_match(last, alnum) | _is_in(t, _CLOSING) | closing_quote
+    )
+    word_before = before(ends_word, False)
+    word_after = after(starts_word, False)
+    both = word_before & word_after
+    length_before, length_after = before(length, 0), after(length, 0)
+    lower_before, lower_after = before(lower, ""), after(lower, "")
+    last_digit_before = before(last_digit, False)
+    first_digit_after = after(first_digit, False)
+    hyphen = tf.equal(t, "-")
+    apostrophe = _is_in(t, _APOSTROPHES)
+
+    # (condition, attaches left, attaches right), from the lowest priority to
+    # the highest: each later condition overrides the earlier ones, as the
+    # earlier `return`s of `_attachment` and `_apostrophe` do.
+    true = tf.ones_like(is_quote)
+    false = tf.zeros_like(is_quote)
+    cases = [
+        (tf.equal(t, "#") & word_after & first_digit_after, false, true),
+        (
+            tf.equal(t, "&")
+            & both
+            & tf.equal(length_before, 1)
+            & tf.equal(length_after, 1),
+            true,
+            true,
+        ),
+        (
+            _is_in(t, _NUMBER_SEPARATORS)
+            & both
+            & last_digit_before
+            & first_digit_after,
+            true,
+            true,
+        ),
+        (_is_in(t, _JOINERS), both, both),
+        (hyphen & word_before & ~has_after, true, false),
+        (hyphen & both & _is_in(lower_before, _COORDINATORS), false, true),
+        (hyphen & both & _is_in(lower_after, _COORDINATORS), true, false),
+        (apostrophe, true, true),
+        (
+            apostrophe & (length_before > 1) & _is_in(before(last, ""), {"s", "S"}),
+            true,
+            false,
+        ),
+        (apostrophe & last_digit_before, true, false),
+        (apostrophe & _is_in(lower_after, _CLITICS), true, true),
+        (apostrophe & ~word_after, true, false),
+        (apostrophe & ~word_before, false, false),
+        ((length > 1) & tf.not_equal(t, "..."), false, false),  # A word.
+        (is_quote, ~opening, opening),
+    ]
+    left = _is_in(t, _ATTACH_LEFT | {"..."})
+    right = _is_in(t, _ATTACH_RIGHT)
+    for condition, attach_left, attach_right in cases:
+        left = tf.where(condition, attach_left, left)
+        right = tf.where(condition, attach_right, right)
+
+    space = has_before & ~(before(right, False) | left)
+    pieces = tf.strings.join([tf.where(space, " ", ""), t])
+    return tf.strings.reduce_join(tokens.with_flat_values(pieces), axis=1)

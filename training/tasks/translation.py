@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras_transformer.models import Transformer
 from training import budget, pipeline, text_files, toy_data
 from training.data import TaskData, require_file, resolve_data_dir
+from training.detokenize import detokenize_punctuation_graph
 from training.evaluation import DECODE_BATCH, Translator, bleu_scores, corpus_bleu
 from training.losses import (
     MaskedAccuracy,
@@ -303,12 +304,15 @@ class Translation(Task):
 
     def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
         """{"translations": (N,) bytes}: cut to `max_sequence_length` pieces, decoded
-        up to min(S + 50, `max_sequence_length`) tokens (Section 6.1), as served."""
+        up to min(S + 50, `max_sequence_length`) tokens (Section 6.1) and detokenized
+        with punctuation attached, as served."""
         self.check_beam_size(beam_size)
         ids = token_ids(self.tokenizer, examples, int(model.config.max_sequence_length))
         # One traced decoding loop per setting.
         tokens = self._translator(model, beam_size, length_penalty).decode_ids(ids)  # (N, L)
-        text = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(tokens))
+        text = detokenize_punctuation_graph(
+            self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(tokens))
+        )
         return {"translations": np.asarray(text.numpy(), dtype=object)}
 
     def format_outputs(self, outputs):
