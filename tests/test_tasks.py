@@ -64,7 +64,6 @@ def test_recipe_defaults_name_config_fields(name):
     defaults = get_task(name).recipe_defaults()
     fields = {f.name for f in dataclasses.fields(TrainingConfig)}
     assert set(defaults) <= fields and "weight_decay" in defaults
-    assert recipe.default_weight_decay(name) == defaults["weight_decay"]
     config = TrainingConfig(task=name, dataset=get_task(name).datasets[0])
     assert recipe.resolve(config, 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
 

@@ -87,11 +87,6 @@ def _task(name):
     return get_task(name)
 
 
-def default_weight_decay(task):
-    """The decay `task` (a `TrainingConfig.task` name) names in `recipe_defaults`."""
-    return _task(task).recipe_defaults()["weight_decay"]
-
-
 def resolve(config, hidden_dim, batch_tokens, total_steps):
     """The schedule and optimizer values a run uses (a JSON-able dict)."""
     task = _task(config.task)
