@@ -13,6 +13,10 @@ lengths are printed, and equal lengths mean equal work):
     saved_model   the same module written by `export.saved_model.
                   export_saved_model` and reloaded with `tf.saved_model.load`
                   (its `serving_default` signature), in this process.
+    joining       `training.detokenize.detokenize_punctuation_graph` alone
+                  (a `tf.function`) on the batch's translations: the part of
+                  each call that attaches punctuation, printed as a share of
+                  `in_process`.
 
   group "tflite" (ids in, ids out, batch 1, source length fixed at 20):
     tflite_float32  `export.tflite.translator_tflite(model, "none")` in the
@@ -90,11 +94,17 @@ def main():
     def words(texts):
         return float(np.mean([len(t.split()) for t in texts.numpy()]))
 
+    from training.detokenize import detokenize_punctuation_graph
+
+    join = tf.function(detokenize_punctuation_graph)
+
     for batch in (1,) if args.quick else (1, 32):
         texts = tf.constant(sentences(batch))
+        translations = module.translate(texts)["translations"]
         candidates = {
             "in_process": lambda t=texts: module.translate(t)["translations"].numpy(),
             "saved_model": lambda t=texts: serve(sentences=t)["translations"].numpy(),
+            "joining": lambda t=translations: join(t).numpy(),
         }
         lengths = {
             "in_process": words(module.translate(texts)["translations"]),
@@ -107,9 +117,12 @@ def main():
         for name, stats in group.items():
             print(f"  {name:12s} {common.fmt(stats, 1e3, 'ms', 1)}")
         print(f"  saved_model / in_process latency: {1 / ratio['ratio_of_medians']:.2f}x")
+        share = group["joining"]["median"] / group["in_process"]["median"]
+        print(f"  punctuation joining: {share:.2%} of in_process")
         result["groups"][f"strings_batch_{batch}"] = {
             "seconds": group, "output_words": lengths,
             "saved_model_over_in_process": 1 / ratio["ratio_of_medians"],
+            "joining_share_of_in_process": share,
             "paired_in_process_over_saved_model": ratio["paired_ratio"]}
 
     print("== ids, batch 1: converting to TFLite (float32, int8) ...", flush=True)
