@@ -15,7 +15,7 @@ import tensorflow as tf
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
-from training.detokenize import detokenize_punctuation_graph
+from training.detokenize import detokenize_ids
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
@@ -146,8 +146,7 @@ class TranslatorModule(tf.Module):
         )  # (B, L)
 
     def _detokenize(self, token_ids):
-        text = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(token_ids))
-        return detokenize_punctuation_graph(text)  # "a man's t-shirt.", not "a man ' s t - shirt ."
+        return detokenize_ids(self.tokenizer, token_ids)  # "a man's t-shirt."
 
     @tf.function(input_signature=[SENTENCES])
     def translate(self, sentences):

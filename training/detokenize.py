@@ -206,6 +206,15 @@ def _is_in(tokens, members):
     return tf.reduce_any(tf.equal(tokens[:, None], members[None, :]), axis=1)
 
 
+def detokenize_ids(tokenizer, token_ids):
+    """`(B, L)` decoded ids -> `(B,)` `tf.string`, the text a translator serves:
+    `tokenizer.detokenize` (which stops at `[END]`), then punctuation attached
+    by `detokenize_punctuation_graph`. The SavedModel's signatures and
+    `Translation.outputs` both call this, so they answer the same text."""
+    text = tokenizer.detokenize(tf.RaggedTensor.from_tensor(token_ids))
+    return detokenize_punctuation_graph(text)
+
+
 def detokenize_punctuation_graph(texts):
     """`detokenize_punctuation` of each string of a tensor, in graph ops.
 

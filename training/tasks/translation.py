@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_transformer.models import Transformer
 from training import budget, pipeline, text_files, toy_data
 from training.data import TaskData, require_file, resolve_data_dir
-from training.detokenize import detokenize_punctuation_graph
+from training.detokenize import detokenize_ids
 from training.evaluation import DECODE_BATCH, Translator, bleu_scores, corpus_bleu
 from training.losses import (
     MaskedAccuracy,
@@ -310,9 +310,7 @@ class Translation(Task):
         ids = token_ids(self.tokenizer, examples, int(model.config.max_sequence_length))
         # One traced decoding loop per setting.
         tokens = self._translator(model, beam_size, length_penalty).decode_ids(ids)  # (N, L)
-        text = detokenize_punctuation_graph(
-            self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(tokens))
-        )
+        text = detokenize_ids(self.tokenizer, tokens)
         return {"translations": np.asarray(text.numpy(), dtype=object)}
 
     def format_outputs(self, outputs):
