@@ -143,3 +143,33 @@ def test_bad_members_are_named():
         ClassifierEnsemble([_member(), _member(max_sequence_length=16)])
     with pytest.raises(ValueError, match="classifiers with `num_classes`"):
         ClassifierEnsemble([_member(), keras.layers.Dense(3)])
+
+
+def test_excluded_members_leave_the_answer_and_saving_keeps_them(tmp_path):
+    model = _ensemble(size=3)
+    x = _series()
+    member_logits = np.stack([np.asarray(m(x)) for m in model.members], 1)  # (B, 3, K)
+    np.testing.assert_allclose(np.asarray(model.predict(x, verbose=0)),
+                               np.asarray(model(x)), atol=1e-6)  # traced with all three
+    model.exclude_members([1])
+    assert model.excluded_members == (1,) and model.averaged_members == [0, 2]
+    expected = _softmax(member_logits[:, [0, 2]]).mean(1)
+    np.testing.assert_allclose(np.asarray(model.probabilities(model(x))), expected, atol=1e-6)
+    # The compiled predict step is traced again, not the one averaging all three.
+    np.testing.assert_allclose(np.asarray(model.probabilities(model.predict(x, verbose=0))),
+                               expected, atol=1e-6)
+    # Training still returns (and trains) every member.
+    assert tuple(model(x, training=True).shape) == (4, 3, 3)
+    model.save(tmp_path / "ensemble.keras")
+    loaded = keras.saving.load_model(tmp_path / "ensemble.keras")
+    assert loaded.excluded_members == (1,)
+    np.testing.assert_allclose(np.asarray(loaded.probabilities(loaded(x))), expected, atol=1e-6)
+    model.exclude_members([])
+    np.testing.assert_allclose(np.asarray(model.probabilities(model(x))),
+                               _softmax(member_logits).mean(1), atol=1e-6)
+
+
+@pytest.mark.parametrize("excluded", [[3], [-1], [0, 1, 2], [1, 1], [1.0], [True], "1", 1])
+def test_bad_excluded_members_are_named(excluded):
+    with pytest.raises(ValueError, match=r"excluded_members.*\[0, 3\).*received excluded_members="):
+        ClassifierEnsemble([_member(name=f"m{i}") for i in range(3)], excluded_members=excluded)

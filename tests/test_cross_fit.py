@@ -20,6 +20,7 @@ from training import pipeline
 from training.config import TrainingConfig, load_config
 from training.tasks import get_task
 from training.tasks.classifiers import LearnedNothingWarning, OutOfFold
+from training.tasks.common import token_ids
 from training.train import train
 
 
@@ -254,6 +255,71 @@ def test_a_member_no_better_than_its_folds_majority_is_named_in_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         OutOfFold.warn_if_a_member_learned_nothing({"member_accuracy": [0.51], "fold_majority": [0.5]})
+
+
+def _stick(member, answer, num_classes=3):
+    """Kills every hidden unit of `member`'s head, so that it always answers `answer`."""
+    kernel, bias = member.head_hidden.get_weights()
+    member.head_hidden.set_weights([-np.abs(kernel), np.full_like(bias, -1.0)])
+    out_kernel, _ = member.head_output.get_weights()
+    member.head_output.set_weights(
+        [out_kernel, np.where(np.arange(num_classes) == answer, 5.0, 0.0).astype("float32")])
+
+
+def test_a_member_that_learned_nothing_leaves_the_answer_unless_all_did():
+    model = _ensemble(size=3)
+    x = _tokens(batch=12)
+    scores = {"member_accuracy": [0.75, 0.5, 0.625], "fold_majority": [0.5, 0.5, 0.5]}
+    assert OutOfFold.learned_nothing(scores) == [1]
+    with pytest.warns(LearnedNothingWarning, match=r"member 1 .*leaves it out") as caught:
+        assert OutOfFold.exclude_members_that_learned_nothing(model, scores) == [1]
+    assert len(caught) == 1 and model.excluded_members == (1,)
+    kept = np.stack([np.asarray(model.members[i](x)) for i in (0, 2)], 1)
+    z = kept - kept.max(-1, keepdims=True)
+    expected = (np.exp(z) / np.exp(z).sum(-1, keepdims=True)).mean(1)
+    np.testing.assert_allclose(np.asarray(model.probabilities(model(x))), expected, atol=1e-6)
+    # When every member learned nothing, leaving them all out is no answer: all stay.
+    scores = {"member_accuracy": [0.5, 0.25, 0.5], "fold_majority": [0.5, 0.5, 0.5]}
+    with pytest.warns(LearnedNothingWarning, match="averages it in") as caught:
+        assert OutOfFold.exclude_members_that_learned_nothing(model, scores) == []
+    assert len(caught) == 3 and model.excluded_members == ()
+
+
+def test_the_text_task_tests_without_a_member_that_learned_nothing(tmp_path):
+    """The task's final evaluation leaves the stuck member out of the test
+    answer (and says so in its metrics); the out-of-fold figures stay each
+    member's own."""
+    def write(path, count):  # the class is the first word's
+        path.write_text("".join(f"{j % 3}\t{['red', 'green', 'blue'][j % 3]} {j % 7} item\n"
+                                for j in range(count)))
+        return str(path)
+
+    task = get_task("classification")
+    config = TrainingConfig(
+        task="classification", dataset="files", train_files=(write(tmp_path / "a.tsv", 120),),
+        test_files=(write(tmp_path / "t.tsv", 30),), ensemble_size=2, cross_fit=True,
+        max_sequence_length=8, batch_size=8, ngram_widths=(2,), model_preset="tiny")
+    data = task.load_data(config, tmp_path)
+    task.prepare(config, data, tmp_path, write=False)
+    config = task.resolve_config(config, data)
+    keras.utils.set_random_seed(0)
+    model = task.build_model(config, data)
+    loss, metrics = task.loss_and_metrics(config)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss, metrics=metrics,
+                  run_eagerly=True)  # no trace to wait for
+    texts, labels = data.test
+    ids = token_ids(task.tokenizer, texts, config.max_sequence_length)
+    model.fit(ids, np.asarray(labels), epochs=10, batch_size=30, verbose=0)  # learns the word
+    before = task.evaluate_test(config, model, data)
+    _stick(model.members[1], 0)
+    with pytest.warns(LearnedNothingWarning, match="member 1 .*leaves it out"):
+        result = task.evaluate(config, model, data, valid=None)
+    assert result["excluded_members"] == [1] and model.excluded_members == (1,)
+    alone = np.asarray(model.members[0](ids)).argmax(-1)
+    assert result["test_accuracy"] == pytest.approx((alone == np.asarray(labels)).mean(), abs=1e-6)
+    accuracy, majority = result["valid_member_accuracy"], result["valid_fold_majority"]
+    assert accuracy[1] <= majority[1] and accuracy[0] > majority[0]
+    assert set(before) <= set(result)
 
 
 def test_out_of_fold_of_a_single_sigmoid_output():

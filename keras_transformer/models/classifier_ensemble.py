@@ -1,6 +1,7 @@
 """Several classifiers trained side by side, each on its own loss, answering with their mean."""
 
 import math
+import numbers
 
 import keras
 from keras import ops
@@ -60,12 +61,18 @@ class ClassifierEnsemble(keras.Model):
       probabilities (`mean_probability_logits`), so `probabilities`, the
       evaluation loss and accuracy, the exporters and the verifiers see one
       classifier with the members' interface.
+    - `excluded_members`: members left out of that mean (they still train).
+      Training sets it for a cross-fitted member that ends no better, on the
+      examples it left out, than answering their most common class: a
+      member that learned nothing only pulls the mean towards the prior.
 
     Args:
         members: Two or more classifiers (`TransformerClassifier`), distinct
             objects with the same `num_classes`, input (`vocabulary_size` or
             `num_features`) and `max_sequence_length`.  Their other sizes may
             differ.
+        excluded_members: Indices of members the inference answer leaves out
+            (fewer than all of them); empty: every member is averaged.
 
     Example:
     >>> members = [keras_transformer.models.TransformerClassifier(
@@ -76,7 +83,7 @@ class ClassifierEnsemble(keras.Model):
     (4, 3)
     """
 
-    def __init__(self, members, **kwargs):
+    def __init__(self, members, excluded_members=(), **kwargs):
         members = list(members) if isinstance(members, (list, tuple)) else members
         if not isinstance(members, list) or len(members) < 2:
             raise ValueError(
@@ -108,6 +115,7 @@ class ClassifierEnsemble(keras.Model):
             )
         super().__init__(**kwargs)
         self.members = members
+        self.excluded_members = self._check_excluded(excluded_members, len(members))
         self.num_classes = members[0].num_classes
         self.vocabulary_size = members[0].vocabulary_size
         self.num_features = members[0].num_features
@@ -125,10 +133,43 @@ class ClassifierEnsemble(keras.Model):
         """k, the number of members."""
         return len(self.members)
 
+    @property
+    def averaged_members(self):
+        """The indices of the members the inference answer averages."""
+        return [i for i in range(self.size) if i not in self.excluded_members]
+
+    @staticmethod
+    def _check_excluded(excluded, size):
+        """`excluded` as a sorted tuple of distinct ints in [0, size), fewer than size."""
+        try:
+            values = list(excluded)
+        except TypeError:
+            values = None
+        if (values is None
+                or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
+                           for i in values)
+                or len(set(values)) != len(values)
+                or not all(0 <= i < size for i in values) or len(values) >= size):
+            raise ValueError(
+                f"`excluded_members` must be distinct member indices in [0, {size}), fewer "
+                f"than the {size} members; received excluded_members={excluded!r}."
+            )
+        return tuple(sorted(int(i) for i in values))
+
+    def exclude_members(self, indices):
+        """Leaves the members `indices` out of the inference answer from now
+        on (replacing any earlier exclusion); compiled predict and evaluate
+        steps are traced again."""
+        self.excluded_members = self._check_excluded(indices, self.size)
+        self.predict_function = None  # traced with the members averaged then
+        self.test_function = None
+
     def call(self, inputs, training=None):
-        logits = ops.stack([m(inputs, training=training) for m in self.members], axis=1)
         if training:
-            return logits  # (B, k, K): compute_loss trains each member on its own loss
+            # (B, k, K): compute_loss trains each member on its own loss.
+            return ops.stack([m(inputs, training=training) for m in self.members], axis=1)
+        logits = ops.stack([self.members[i](inputs, training=training)
+                            for i in self.averaged_members], axis=1)
         return mean_probability_logits(logits, self.num_classes)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -170,6 +211,7 @@ class ClassifierEnsemble(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "members": [keras.saving.serialize_keras_object(m) for m in self.members],
+            "excluded_members": list(self.excluded_members),
         }
 
     @classmethod

@@ -199,22 +199,42 @@ class OutOfFold:
                 "member_accuracy": members, "fold_majority": majority}
 
     @staticmethod
-    def warn_if_a_member_learned_nothing(scores):
-        """Warns, naming each member whose accuracy on its own fold is no
+    def learned_nothing(scores):
+        """The indices of the members whose accuracy on their own fold is no
         better than always answering that fold's most common class."""
-        for i, (accuracy, majority) in enumerate(
-                zip(scores["member_accuracy"], scores["fold_majority"], strict=True)):
-            if accuracy is not None and accuracy <= majority:
-                warnings.warn(
-                    f"Cross-fitted member {i} scores {accuracy:.3f} on the sentences it left "
-                    f"out, no better than always answering their most common class "
-                    f"({majority:.3f}): it learned nothing, and the ensemble averages it in. "
-                    "On MR this was the classifier head's ReLUs, all inactive after two epochs "
-                    "with dropout 0.5; head_norm=true (a LayerNorm before the head) or a lower "
-                    "model.dropout avoids it.",
-                    LearnedNothingWarning,
-                    stacklevel=2,
-                )
+        return [i for i, (accuracy, majority) in enumerate(
+                    zip(scores["member_accuracy"], scores["fold_majority"], strict=True))
+                if accuracy is not None and accuracy <= majority]
+
+    @staticmethod
+    def warn_if_a_member_learned_nothing(scores, excluded=()):
+        """Warns, naming each member that learned nothing (`learned_nothing`)
+        and whether the ensemble's answer leaves it out (`excluded`)."""
+        for i in OutOfFold.learned_nothing(scores):
+            accuracy, majority = scores["member_accuracy"][i], scores["fold_majority"][i]
+            fate = ("so the ensemble's answer leaves it out (excluded_members)" if i in excluded
+                    else "and the ensemble averages it in (no member did better)")
+            warnings.warn(
+                f"Cross-fitted member {i} scores {accuracy:.3f} on the sentences it left "
+                f"out, no better than always answering their most common class "
+                f"({majority:.3f}): it learned nothing, {fate}. "
+                "On MR this was the classifier head's ReLUs, all inactive after two epochs "
+                "with dropout 0.5; head_norm=true (a LayerNorm before the head) or a lower "
+                "model.dropout avoids it.",
+                LearnedNothingWarning,
+                stacklevel=2,
+            )
+
+    @staticmethod
+    def exclude_members_that_learned_nothing(model, scores):
+        """Leaves out of `model`'s answer (`ClassifierEnsemble.exclude_members`)
+        the members that learned nothing, unless none learned anything; warns
+        naming them.  Returns the excluded indices."""
+        useless = OutOfFold.learned_nothing(scores)
+        excluded = useless if len(useless) < len(model.members) else []
+        model.exclude_members(excluded)
+        OutOfFold.warn_if_a_member_learned_nothing(scores, excluded)
+        return excluded
 
     def __call__(self, model):
         """The selection score: out-of-fold accuracy."""

@@ -236,8 +236,11 @@ class TextClassification(Task):
         if not self.cross_fit_members:
             return super().evaluate(config, model, data, valid, plan)
         scores = self.out_of_fold(config, data).scores(model)
-        classifiers.OutOfFold.warn_if_a_member_learned_nothing(scores)
+        # Out-of-fold scores are each member's own, so leaving a member out
+        # of the answer changes the test figures below, not these.
+        excluded = classifiers.OutOfFold.exclude_members_that_learned_nothing(model, scores)
         metrics = {f"valid_{k}": v for k, v in scores.items()}
+        metrics["excluded_members"] = excluded
         if len(data.test) == 3:  # the validation folds also test: these scores, not a second pass
             metrics.update({f"test_{k}": v for k, v in scores.items()})
         else:
