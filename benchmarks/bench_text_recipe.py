@@ -79,6 +79,9 @@ def run(name, fold, train, test, config, seed, overrides):
         "kim_2014_cnn_rand": KIM_2014_CNN_RAND[name.lower()] / 100,
         "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
         "steps": metrics["steps"], "from_data": metrics["from_data"],
+        # Cross-fitted: each member on its own fold, and those left out of the answer.
+        "member_accuracy": metrics.get("valid_member_accuracy"),
+        "excluded_members": metrics.get("excluded_members"),
         "load_average": os.getloadavg(),
     }
 
