@@ -158,6 +158,9 @@ def test_excluded_members_leave_the_answer_and_saving_keeps_them(tmp_path):
     # The compiled predict step is traced again, not the one averaging all three.
     np.testing.assert_allclose(np.asarray(model.probabilities(model.predict(x, verbose=0))),
                                expected, atol=1e-6)
+    traced = model.predict_function
+    model.exclude_members([1])  # no change: nothing to trace again
+    assert model.predict_function is traced
     # Training still returns (and trains) every member.
     assert tuple(model(x, training=True).shape) == (4, 3, 3)
     model.save(tmp_path / "ensemble.keras")

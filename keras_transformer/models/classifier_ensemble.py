@@ -158,11 +158,13 @@ class ClassifierEnsemble(keras.Model):
 
     def exclude_members(self, indices):
         """Leaves the members `indices` out of the inference answer from now
-        on (replacing any earlier exclusion); compiled predict and evaluate
-        steps are traced again."""
-        self.excluded_members = self._check_excluded(indices, self.size)
-        self.predict_function = None  # traced with the members averaged then
-        self.test_function = None
+        on (replacing any earlier exclusion); a change makes the compiled
+        predict and evaluate steps trace again."""
+        excluded = self._check_excluded(indices, self.size)
+        if excluded != self.excluded_members:
+            self.excluded_members = excluded
+            self.predict_function = None  # traced with the members averaged then
+            self.test_function = None
 
     def call(self, inputs, training=None):
         if training:
