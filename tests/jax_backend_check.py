@@ -15,7 +15,9 @@ JAX backend, the properties that would break if it were not:
 * our keras.ops ThreeFry-2x32 equals JAX's own (`jax.extend.random`) word
   for word, and a ThreeFry `Dropout` under `jax.jit` keeps 1 - rate;
 * the text classifier with n-gram convolutions and max pooling ignores
-  padding and trains (falling loss).
+  padding and trains (falling loss);
+* a cross-fitted `ClassifierEnsemble` (per-member sample weights) trains,
+  and with a member excluded its compiled answer is the other member's.
 
 Prints one JSON line of figures; any failed check raises (non-zero exit).
 """
@@ -33,7 +35,12 @@ from keras import ops  # noqa: E402
 import keras_transformer.layers.multi_head_attention as mha  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 from keras_transformer.layers import MultiHeadAttention  # noqa: E402
-from keras_transformer.models import START_ID, Transformer, TransformerClassifier  # noqa: E402
+from keras_transformer.models import (  # noqa: E402
+    START_ID,
+    ClassifierEnsemble,
+    Transformer,
+    TransformerClassifier,
+)
 
 assert keras.backend.backend() == "jax"
 figures = {}
@@ -184,4 +191,26 @@ mixed.fit(tokens, labels, batch_size=8, epochs=10, verbose=0)
 mixed_accuracy = mixed.evaluate(tokens, labels, verbose=0, return_dict=True)["accuracy"]
 assert mixed_accuracy == 1.0, mixed_accuracy
 figures["mixup_classifier_accuracy"] = mixed_accuracy
+
+# A cross-fitted ensemble (member i leaves out the rows of fold i), then
+# one member left out of the answer: the jitted predict step is traced
+# again and answers with the other member alone.
+ensemble = ClassifierEnsemble([TransformerClassifier(
+    num_classes=2, vocabulary_size=12, num_layers=0, hidden_dim=8, num_heads=2,
+    intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
+    pooling="max", mixup_alpha=0.4, name=f"member_{i}") for i in range(2)])
+ensemble.compile(keras.optimizers.Adam(1e-2),
+                 keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+folds = np.arange(16) % 2
+weights = (folds[:, None] != np.arange(2)[None, :]).astype("float32")  # (B, 2)
+history = ensemble.fit(tokens, labels, sample_weight=weights, batch_size=8, epochs=10,
+                       verbose=0).history["loss"]
+assert np.all(np.isfinite(history)) and history[-1] < history[0], history
+both = np.asarray(ensemble.predict(tokens, verbose=0))
+ensemble.exclude_members([1])
+alone = np.asarray(ensemble.predict(tokens, verbose=0))
+member_0 = np.asarray(keras.ops.log_softmax(ensemble.members[0](tokens), axis=-1))
+assert np.abs(alone - member_0).max() < 1e-5, np.abs(alone - member_0).max()
+assert np.abs(both - alone).max() > 1e-3  # the two members differ: the exclusion shows
+figures["ensemble_excluded_member_diff"] = float(np.abs(alone - member_0).max())
 print(json.dumps(figures))

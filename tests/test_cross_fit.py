@@ -257,6 +257,18 @@ def test_a_member_no_better_than_its_folds_majority_is_named_in_a_warning():
         OutOfFold.warn_if_a_member_learned_nothing({"member_accuracy": [0.51], "fold_majority": [0.5]})
 
 
+def test_per_member_weights_beside_the_ensembles_answer_weigh_nothing():
+    """Keras' JAX trainer builds a model by tracing its loss on the inference
+    answer `(B, K)`: per-member weights `(B, k)` there judge every example,
+    as the metrics do, instead of failing to broadcast."""
+    model = _ensemble()
+    x, y = _tokens(), np.array([0, 1, 2, 0, 1, 2])
+    w = np.array([[1, 0], [1, 1], [0, 1], [1, 1], [0, 0], [1, 1]], "float32")
+    answer = np.asarray(model(x))  # (B, K)
+    got = float(model.compute_loss(x, y, answer, sample_weight=w, training=False))
+    np.testing.assert_allclose(got, _cross_entropy(answer, y).mean(), rtol=1e-5)
+
+
 def _stick(member, answer, num_classes=3):
     """Kills every hidden unit of `member`'s head, so that it always answers `answer`."""
     kernel, bias = member.head_hidden.get_weights()

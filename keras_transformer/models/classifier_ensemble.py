@@ -179,6 +179,11 @@ class ClassifierEnsemble(keras.Model):
         # and a comprehension would not see it either.
         parent = super(ClassifierEnsemble, self)  # noqa: UP008
         if y_pred is None or len(y_pred.shape) != 3:
+            if sample_weight is not None and len(sample_weight.shape) == 2:
+                # The ensemble's answer (B, K), as Keras' JAX trainer traces it
+                # while building: per-member weights have no member to weigh,
+                # and the answer is judged on every example, as the metrics are.
+                sample_weight = None
             return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
         weights = [sample_weight] * self.size
         if sample_weight is not None and len(sample_weight.shape) == 2:
