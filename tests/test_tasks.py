@@ -253,49 +253,6 @@ def test_text_ensemble_size_follows_the_training_set_size():
     assert resolved(6_920, ensemble_size=1) == 1 and resolved(20_000, ensemble_size=3) == 3
 
 
-def test_translation_reserve_times_the_beam_at_the_first_re_ask(monkeypatch):
-    """Planning assumes beams cost BEAM_OVER_GREEDY greedy decodes; the first
-    re-ask (an epoch later) times them on one batch, and every later reserve
-    uses that multiple and the timed trace."""
-    from training.tasks import translation
-
-    clock = [0.0]
-    monkeypatch.setattr(translation.time, "time", lambda: clock[0])
-    monkeypatch.setattr(translation, "final_length_share", lambda *a: 1.0)
-
-    def decoder(seconds_per_call, trace):
-        calls = []
-
-        def decode(sources):
-            clock[0] += (trace if not calls else 0.0) + seconds_per_call
-            calls.append(len(sources))
-            return ["x"] * len(sources)
-        return decode
-
-    greedy, beams = decoder(1.0, trace=2.0), decoder(5.0, trace=7.0)
-    task = get_task("translation")
-    monkeypatch.setattr(task, "translator",
-                        lambda config, model, beam_size: greedy if beam_size == 1 else beams)
-    config = TrainingConfig(beam_size=4, eval_sentences=64, time_budget_minutes=10)
-    sentences = ["a b"] * 64
-    data = type("Data", (), {"valid": (sentences, sentences), "test": (sentences * 2, None)})()
-    plan = {}
-    _, planned = task.time_evaluation(config, None, data, None, 1.0, plan)
-    # Planning: the first call traces (3 s with its sentence), a greedy pass
-    # takes 1 s; beams are assumed to cost BEAM_OVER_GREEDY passes and two traces.
-    test_greedy = 1.0 * 2  # two test batches of 64
-    assert "beam_over_greedy" not in plan
-    assert planned == pytest.approx(5.0 + 3 * 1.0 + test_greedy
-                                    + translation.BEAM_OVER_GREEDY * test_greedy + 2 * 3.0)
-    _, revised = task.time_evaluation(config, None, data, None, 1.0, plan)
-    assert plan["beam_over_greedy"] == 5.0 and plan["seconds_beam_trace"] == 12.0
-    assert revised == pytest.approx(5.0 + 3 * 1.0 + test_greedy + 5.0 * test_greedy + 12.0)
-    timed = clock[0]
-    _, again = task.time_evaluation(config, None, data, None, 1.0, plan)
-    assert again == revised and clock[0] - timed == pytest.approx(2.0)  # greedy calls only
-    assert plan["test_beam"] and plan["seconds_decoding_trace"] == 3.0
-
-
 def test_final_decoding_share_is_reference_pieces_over_hypothesis_pieces():
     """A budgeted run keeps time for decoding the test set with the model it
     will end with: one that writes twice the references' pieces is planned

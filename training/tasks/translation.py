@@ -55,10 +55,6 @@ def held_out_pairs(pairs):
     return part(False), part(True)
 
 
-#: What four beams cost, in greedy decodes, until `time_evaluation` times it.
-BEAM_OVER_GREEDY = 3.3
-
-
 def final_length_share(tokenizer, hypotheses, references, floor=0.5):
     """How much of today's decoding time a trained model would need.
 
@@ -229,7 +225,7 @@ class Translation(Task):
         hypotheses = translator(sources)
         seconds_score = time.time() - started
         # Measured once, while planning; each later call finds the loop traced.
-        trace = plan.get("seconds_decoding_trace", round(max(0.0, first), 2))
+        trace = plan.setdefault("seconds_decoding_trace", round(max(0.0, first), 2))
         seconds_final_score = seconds_score * final_length_share(
             self.tokenizer, hypotheses, references
         )
@@ -237,40 +233,17 @@ class Translation(Task):
         # sentence sets the loop's length): scale by batches, not sentences.
         batches = math.ceil(len(data.test[0]) / DECODE_BATCH) / math.ceil(n / DECODE_BATCH)
         test_greedy = seconds_final_score * batches
-        # Beams cost a multiple of greedy, and trace their own loop.  While
-        # planning, the multiple is assumed (3.3x: 1,000 Multi30k test
-        # sentences, trained d_model 256 model, an Intel 2-core CPU: 23.9 s vs
-        # 7.2 s); train.py re-asks at each epoch of a budgeted run, with the
-        # model as it is then, and the first re-ask times it (4.7x on an AMD
-        # 2-core host, where the assumed 3.3x put a ten-minute run's
-        # metrics.json 3.4 s past its budget).
-        if beam and "seconds_decoding_trace" in plan and "beam_over_greedy" not in plan:
-            self._time_beam(config, model, sources[:DECODE_BATCH], translator, plan)
-        ratio = plan.get("beam_over_greedy", BEAM_OVER_GREEDY)
-        seconds_beam = (ratio * test_greedy + plan.get("seconds_beam_trace", 2 * trace)) * beam
-        plan.setdefault("seconds_decoding_trace", trace)
+        # Four beams cost about 3.3x greedy (1,000 Multi30k test sentences,
+        # trained d_model 256 model, 2-core CPU: 23.9 s vs 7.2 s) and trace
+        # their own loop.  train.py re-asks at each epoch of a budgeted run,
+        # with the model as it is then.
+        seconds_beam = (3.3 * test_greedy + 2 * trace) * beam
         if seconds_beam > budget.BEAM_SHARE * 60 * config.time_budget_minutes:
             # A user who gives a run ten minutes wants the model trained, not
             # three of them spent on a beam-search score: greedy only.
             seconds_beam = 0.0
             plan["test_beam"] = False
         return seconds_score, 5.0 + 3 * seconds_final_score + test_greedy + seconds_beam
-
-    def _time_beam(self, config, model, sources, greedy, plan):
-        """Times the test's beam search against greedy on one batch of
-        `sources` with the model as it is; puts `beam_over_greedy` and
-        `seconds_beam_trace` in `plan`."""
-        beams = self.translator(config, model, config.beam_size)
-        started = time.time()
-        beams(sources[:1])  # traces the beam loop (the test then finds it traced)
-        plan["seconds_beam_trace"] = round(max(0.0, time.time() - started), 2)
-        started = time.time()
-        beams(sources)
-        seconds_beam = time.time() - started
-        started = time.time()
-        greedy(sources)
-        seconds_greedy = max(time.time() - started, 1e-3)
-        plan["beam_over_greedy"] = round(max(1.0, seconds_beam / seconds_greedy), 2)
 
     def callbacks(self, config, model, data, logs_dir):
         callbacks = []
