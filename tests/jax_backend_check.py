@@ -178,11 +178,15 @@ figures["ngram_classifier_loss_first_last"] = [history[0], history[-1]]
 
 # Kim's form (no block), trained with mixup of its pooled features: the
 # training call returns lam beside the logits, and the model still learns.
-mixed = TransformerClassifier(
-    num_classes=2, vocabulary_size=12, num_layers=0, hidden_dim=8, num_heads=2,
-    intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
-    pooling="max", mixup_alpha=0.4,
-)
+def kim_form(**name):
+    return TransformerClassifier(
+        num_classes=2, vocabulary_size=12, num_layers=0, hidden_dim=8, num_heads=2,
+        intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
+        pooling="max", mixup_alpha=0.4, **name,
+    )
+
+
+mixed = kim_form()
 assert tuple(mixed(tokens, training=True).shape) == (16, 3)
 mixed.compile(keras.optimizers.Adam(1e-2),
               keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -195,10 +199,7 @@ figures["mixup_classifier_accuracy"] = mixed_accuracy
 # A cross-fitted ensemble (member i leaves out the rows of fold i), then
 # one member left out of the answer: the jitted predict step is traced
 # again and answers with the other member alone.
-ensemble = ClassifierEnsemble([TransformerClassifier(
-    num_classes=2, vocabulary_size=12, num_layers=0, hidden_dim=8, num_heads=2,
-    intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
-    pooling="max", mixup_alpha=0.4, name=f"member_{i}") for i in range(2)])
+ensemble = ClassifierEnsemble([kim_form(name=f"member_{i}") for i in range(2)])
 ensemble.compile(keras.optimizers.Adam(1e-2),
                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 folds = np.arange(16) % 2

@@ -222,6 +222,15 @@ def test_out_of_fold_scores_each_example_by_the_member_that_left_it_out():
     assert oof(model) == scores["accuracy"]
 
 
+def _stick(member, answer, num_classes=3):
+    """Kills every hidden unit of `member`'s head, so that it always answers `answer`."""
+    kernel, bias = member.head_hidden.get_weights()
+    member.head_hidden.set_weights([-np.abs(kernel), np.full_like(bias, -1.0)])
+    out_kernel, _ = member.head_output.get_weights()
+    member.head_output.set_weights(
+        [out_kernel, np.where(np.arange(num_classes) == answer, 5.0, 0.0).astype("float32")])
+
+
 def test_out_of_fold_names_a_member_that_learned_nothing():
     """A member stuck at one answer (its head's hidden ReLUs all dead, as
     on MR with dropout 0.5) scores its fold's majority share, and the
@@ -230,11 +239,7 @@ def test_out_of_fold_names_a_member_that_learned_nothing():
     x = _tokens(batch=12)
     y = np.array([0, 1, 2, 0] * 3)
     folds = np.arange(12) % 3
-    stuck = model.members[1]
-    kernel, bias = stuck.head_hidden.get_weights()
-    stuck.head_hidden.set_weights([-np.abs(kernel), np.full_like(bias, -1.0)])  # all dead
-    out_kernel, out_bias = stuck.head_output.get_weights()
-    stuck.head_output.set_weights([out_kernel, np.array([0.0, 5.0, 0.0], "float32")])
+    _stick(model.members[1], 1)
     scores = OutOfFold(x, y, folds).scores(model)
     rows = folds == 1
     assert scores["member_accuracy"][1] == pytest.approx((y[rows] == 1).mean())
@@ -267,15 +272,6 @@ def test_per_member_weights_beside_the_ensembles_answer_weigh_nothing():
     answer = np.asarray(model(x))  # (B, K)
     got = float(model.compute_loss(x, y, answer, sample_weight=w, training=False))
     np.testing.assert_allclose(got, _cross_entropy(answer, y).mean(), rtol=1e-5)
-
-
-def _stick(member, answer, num_classes=3):
-    """Kills every hidden unit of `member`'s head, so that it always answers `answer`."""
-    kernel, bias = member.head_hidden.get_weights()
-    member.head_hidden.set_weights([-np.abs(kernel), np.full_like(bias, -1.0)])
-    out_kernel, _ = member.head_output.get_weights()
-    member.head_output.set_weights(
-        [out_kernel, np.where(np.arange(num_classes) == answer, 5.0, 0.0).astype("float32")])
 
 
 def test_a_member_that_learned_nothing_leaves_the_answer_unless_all_did():
