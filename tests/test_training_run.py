@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -65,6 +66,8 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
     assert {"test_bleu_greedy", "test_bleu_beam", "valid_masked_accuracy"} <= set(
         metrics
     )
+    assert "test_beam_skipped" not in metrics  # no budget: nothing left out
+    assert set(metrics["eval_parts_seconds"]) == {"selection", "test_greedy", "test_beam"}
     tags = _tensorboard_tags(run_dir / "logs")
     for tag in (
         "epoch_loss",
@@ -285,13 +288,22 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
 def test_no_training_starts_once_the_budget_is_spent(tmp_path):
     """A command whose clock is already past its budget makes the planning
     updates and goes straight to the final evaluation: no further `fit`
-    (which would make one update, stop, and still validate)."""
+    (which would make one update, stop, and still validate), and of the
+    test only what is not optional: greedy BLEU, no beam search."""
     config = load_config("tiny", FAST + ["epochs=1000", "time_budget_minutes=1"])
-    metrics = train(config, tmp_path / "run", verbose=0, started_at=time.time() - 3600)
+    with warnings.catch_warnings(record=True) as caught:  # TF's own warnings too
+        warnings.simplefilter("always")
+        metrics = train(config, tmp_path / "run", verbose=0, started_at=time.time() - 3600)
+    assert any("No beam-search test BLEU" in str(w.message) for w in caught)
     assert metrics["stopped_by_deadline"]
     assert metrics["history"] == {}, metrics["history"]  # no epoch was trained
     assert 0 < metrics["steps"] < metrics["plan"]["total_steps"]
     assert "test_bleu_greedy" in metrics
+    assert metrics["plan"]["test_beam"]  # planned, then left out at the end
+    assert "test_bleu_beam" not in metrics
+    assert "budget has 0 s left" in metrics["test_beam_skipped"]
+    assert set(metrics["eval_parts_seconds"]) == {"selection", "test_greedy"}
+    assert "end_time" not in json.loads((tmp_path / "run" / "plan.json").read_text())
 
 
 @pytest.mark.slow
@@ -369,6 +381,9 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
     plan = metrics["plan"]
     assert json.loads((tmp_path / "run" / "plan.json").read_text()) == plan
     assert plan["total_steps"] > 2 * plan["warmup_steps"]
+    # Validated by loss, the run still timed the test's decoding, and traced
+    # the beams while planning instead of in the final evaluation.
+    assert plan["test_beam"] and plan["seconds_beam_trace"] > 0, plan
     if metrics["stopped_by_deadline"]:  # the machine slowed down after planning
         assert metrics["steps"] >= plan["total_steps"] // 2, where
     else:

@@ -45,6 +45,11 @@ class Translator:
             return tokens
         return greedy_search(self.model, encoder_token_ids, max_length=max_length)
 
+    @property
+    def traced(self):
+        """Whether the decoding loop is traced (its next call pays no trace)."""
+        return self.decode_ids.experimental_get_tracing_count() > 0
+
     def encode(self, sentences):
         ids = self.tokenizer.tokenize(tf.constant(sentences, tf.string))
         ids = ids[:, : self.max_sequence_length]

@@ -280,8 +280,15 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         choice = config.selection
         if choice == "auto" and config.average_last > 1:
             choice = "average_last"
+        started = time.time()
         chosen = selection.select(model, run_dir, k, validation_score, choice)
-        metrics = task.evaluate(config, model, data, valid, plan)
+        seconds_selection = time.time() - started
+        # Under a budget the task also learns when metrics.json is due, so
+        # that an optional part of its test (a beam search) that would
+        # overrun is left out; plan.json itself stays free of wall clocks.
+        due = {} if deadline is None else {"end_time": deadline.end - budget.SECONDS_TO_SAVE}
+        metrics = task.evaluate(config, model, data, valid, {**plan, **due})
+        parts = {"selection": round(seconds_selection, 2), **metrics.pop("eval_parts", {})}
     metrics.update({
         "steps": int(checkpoint.step),
         "steps_per_epoch": steps_per_epoch,
@@ -289,6 +296,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         "from_data": {n: getattr(config, n) for n in task.data_fields},
         "plan": plan,
         "selection": chosen,
+        "eval_parts_seconds": parts,
         "stopped_by_deadline": bool(deadline is not None and deadline.hit),
         "history": {k: [float(v) for v in vals] for k, vals in history.items()},
     })

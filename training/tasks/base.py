@@ -190,7 +190,11 @@ class Task:
     def evaluate(self, config, model, data, valid, plan=None):
         """{"valid_<metric>": ..., test figures...} of the final model.
 
-        `plan`: the run's plan.json (what `time_evaluation` decided).
+        `plan`: the run's plan.json (what `time_evaluation` decided); under a
+        time budget also `end_time`, the `time.time()` by which the test
+        must be done: a task leaves out an optional part that would not end
+        by then, and says so in the metrics.  A task may return
+        `eval_parts`, {part: seconds}, which `metrics.json` records.
         """
         results = model.evaluate(valid, verbose=0, return_dict=True)
         metrics = {f"valid_{k}": float(v) for k, v in results.items()}
