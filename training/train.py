@@ -280,15 +280,16 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         choice = config.selection
         if choice == "auto" and config.average_last > 1:
             choice = "average_last"
-        started = time.time()
-        chosen = selection.select(model, run_dir, k, validation_score, choice)
-        seconds_selection = time.time() - started
+        timed = budget.Stopwatch()
+        with timed.phase("selection"):
+            chosen = selection.select(model, run_dir, k, validation_score, choice)
         # Under a budget the task also learns when metrics.json is due, so
         # that an optional part of its test (a beam search) that would
         # overrun is left out; plan.json itself stays free of wall clocks.
         due = {} if deadline is None else {"end_time": deadline.end - budget.SECONDS_TO_SAVE}
         metrics = task.evaluate(config, model, data, valid, {**plan, **due})
-        parts = {"selection": round(seconds_selection, 2), **metrics.pop("eval_parts", {})}
+        parts = {name: round(seconds, 2)
+                 for name, seconds in {**timed.phases, **metrics.pop("eval_parts", {})}.items()}
     metrics.update({
         "steps": int(checkpoint.step),
         "steps_per_epoch": steps_per_epoch,

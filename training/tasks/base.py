@@ -194,7 +194,7 @@ class Task:
         time budget also `end_time`, the `time.time()` by which the test
         must be done: a task leaves out an optional part that would not end
         by then, and says so in the metrics.  A task may return
-        `eval_parts`, {part: seconds}, which `metrics.json` records.
+        `eval_parts`, {part: seconds}, which `metrics.json` records (rounded).
         """
         results = model.evaluate(valid, verbose=0, return_dict=True)
         metrics = {f"valid_{k}": float(v) for k, v in results.items()}

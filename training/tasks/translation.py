@@ -286,16 +286,17 @@ class Translation(Task):
     def evaluate_test(self, config, model, data, plan=None):
         plan = plan or {}
         sources, references = data.test
-        started = time.time()
-        decoded = {"greedy": self.translator(config, model, beam_size=1)(sources)}
-        parts = {"test_greedy": round(time.time() - started, 2)}
-        metrics = {"eval_parts": parts}
+        watch = budget.Stopwatch()
+        with watch.phase("test_greedy"):
+            decoded = {"greedy": self.translator(config, model, beam_size=1)(sources)}
+        metrics = {"eval_parts": watch.phases}
         if config.beam_size > 1 and plan.get("test_beam", True):
             # The plan kept time for the beams; the greedy decode just timed
             # says what they will cost on the machine as it runs now.
             beams = self.translator(config, model, config.beam_size)
             trace = 0.0 if beams.traced else 2 * plan.get("seconds_decoding_trace", 0.0)
-            estimate = (BEAM_OVER_GREEDY * parts["test_greedy"] + trace) * (1 + budget.FINAL_SLACK)
+            estimate = (BEAM_OVER_GREEDY * watch.phases["test_greedy"] + trace) * (
+                1 + budget.FINAL_SLACK)
             left = plan.get("end_time", math.inf) - time.time()
             if estimate > left:
                 metrics["test_beam_skipped"] = (
@@ -305,9 +306,8 @@ class Translation(Task):
                 warnings.warn(f"No beam-search test BLEU: {metrics['test_beam_skipped']}.",
                               stacklevel=2)
             else:
-                started = time.time()
-                decoded["beam"] = beams(sources)
-                parts["test_beam"] = round(time.time() - started, 2)
+                with watch.phase("test_beam"):
+                    decoded["beam"] = beams(sources)
         for name, hypotheses in decoded.items():
             # Headline: cased sacreBLEU of detokenized text; beside it the
             # lowercased Moses-tokenized BLEU that Multi30k papers quote.
