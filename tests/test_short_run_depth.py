@@ -1,8 +1,8 @@
 """`short_run_num_layers`: short runs build a shallower model, long ones the preset's.
 
-A budgeted run times and plans the shallower model first; when even that
-one would make `dropout_min_epochs` passes, it builds the preset's depth and
-plans again.  Nothing of the model it tried may remain: not its checkpoints
+A budgeted run times and plans the shallower model first; when the preset's
+depth, its cost estimated from the shallower model's, would make
+`dropout_min_epochs` passes, it builds that depth and plans again.  Nothing of the model it tried may remain: not its checkpoints
 (a resume would load them into the wrong shape), not its updates (the run
 must end with the weights of a run that built the preset's depth at once).
 """
@@ -15,7 +15,12 @@ import pytest
 from training.config import load_config
 from training.resume import ResumableCheckpoint
 from training.run_dir import load_run
-from training.train import _short_depth_applies, train
+from training.train import (
+    _depth_cost_ratio,
+    _preset_depth_is_long,
+    _short_depth_applies,
+    train,
+)
 
 # The toy corpus, a 2-layer model (1 is the short-run depth), a handful of
 # updates per pass; `epochs` caps the plan, so a generous budget ends early.
@@ -47,6 +52,68 @@ def test_which_runs_try_the_short_run_depth():
     assert not applies("short_run_num_layers=2", "epochs=1")  # the preset's depth anyway
     # A budget's passes are known only once timed: it always tries.
     assert applies("short_run_num_layers=1", "epochs=50", "time_budget_minutes=5")
+
+
+def _transformer(num_layers):
+    from keras_transformer.models import Transformer
+    from training.tasks.common import preset_config
+
+    config = load_config("tiny", FAST + [f"model.num_layers={num_layers}"])
+    model = Transformer.from_config_object(preset_config(config, vocabulary_size=40))
+    model({"encoder_token_ids": np.ones((1, 2), "int32"),
+           "decoder_token_ids": np.ones((1, 2), "int32")})
+    return model
+
+
+def test_depth_cost_ratio_predicts_the_deeper_models_parameters():
+    """The blocks' parameters scale with depth, the embeddings do not: the
+    ratio from the shallower model is the deeper one's parameter count over
+    its own, exactly."""
+    one, three = _transformer(1), _transformer(3)
+    assert _depth_cost_ratio(one, 1) == 1.0
+    np.testing.assert_allclose(
+        _depth_cost_ratio(one, 3), three.count_params() / one.count_params(), rtol=1e-12)
+    np.testing.assert_allclose(
+        _depth_cost_ratio(three, 1), one.count_params() / three.count_params(), rtol=1e-12)
+    assert 1.0 < _depth_cost_ratio(one, 3) < 3.0  # the embeddings cost at any depth
+
+
+class _Clock:
+    def __init__(self, elapsed):
+        self._elapsed = elapsed
+
+    def elapsed(self):
+        return self._elapsed
+
+
+def _shallow_plan(seconds_per_step, dropout_off=False):
+    return {"dropout_off": dropout_off, "seconds_per_step": seconds_per_step,
+            "seconds_per_validation": 0.0, "seconds_reserved_for_final": 0.0}
+
+
+@pytest.mark.parametrize("deep_passes", [1.5, 2.9, 3.1, 6.0])
+def test_preset_depth_is_built_when_it_would_make_enough_passes(deep_passes):
+    """The deeper model is judged on its own estimated passes, not on the
+    shallower one's: a 1+1-layer model that would make 3 passes or more
+    still stays shallow unless 3+3 layers, at their cost, would make 3."""
+    one = _transformer(1)
+    ratio = _depth_cost_ratio(one, 3)
+    config = load_config("tiny", FAST + ["short_run_num_layers=1", "model.num_layers=3",
+                                         "epochs=1000", "time_budget_minutes=10"])
+    steps_per_epoch, usable = 100, 600 * (1 - 0.04)  # budget.SAFETY is kept back
+    # The shallower model's pace, such that the deeper one makes `deep_passes`:
+    # the shallower one makes `ratio` times as many (> 3 in every case but one).
+    plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))
+    long = _preset_depth_is_long(config, one, plan, 3, _Clock(0.0), steps_per_epoch, 10**9)
+    assert long is (deep_passes >= 3)
+    np.testing.assert_allclose(plan["preset_depth_passes"], deep_passes, atol=0.02)
+    # Time already spent counts: half the budget gone halves the passes.
+    plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))
+    _preset_depth_is_long(config, one, plan, 3, _Clock(300.0), steps_per_epoch, 10**9)
+    np.testing.assert_allclose(plan["preset_depth_passes"], deep_passes / 2, atol=0.02)
+    # A shallower model already short (dropout off) never builds the deeper one.
+    short = _shallow_plan(1e-6, dropout_off=True)
+    assert not _preset_depth_is_long(config, one, short, 3, _Clock(0.0), 100, 10**9)
 
 
 @pytest.mark.parametrize("value", ["-1", "1.5", "true", "\"two\""])
@@ -111,3 +178,49 @@ def test_unbudgeted_short_run_builds_the_shallower_model_at_once(tmp_path):
     train(config, tmp_path / "run", verbose=0)
     assert json.loads((tmp_path / "run" / "plan.json").read_text())["num_layers"] == 1
     assert _layers(tmp_path / "run") == (1, 1, 1)
+
+
+def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
+    """`_DropoutOffAt(step)`: one `fit` that turns dropout off after `step`
+    updates ends with the weights of a `fit` of `step` updates with dropout
+    followed by a `fit` without it (the resumed-run path: a revision found
+    the run short at that update)."""
+    import keras
+
+    from training.train import _disable_dropout, _DropoutOffAt
+
+    class Steps(keras.callbacks.Callback):  # the checkpoint's step counter
+        step = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step += 1
+
+    x = np.random.default_rng(0).normal(size=(16, 8)).astype("float32")
+    y = x @ np.arange(8.0, dtype="float32")[:, None]
+
+    def fresh():
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dropout(0.5), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        return model
+
+    switched = fresh()
+    steps = Steps()
+    switch = _DropoutOffAt(steps, 3)
+    switched.fit(x, y, batch_size=2, epochs=1, steps_per_epoch=7, shuffle=False,
+                 callbacks=[steps, switch], verbose=0)
+    assert switch.done and switched.layers[1].rate == 0.0
+
+    two_fits = fresh()
+    two_fits.fit(x[:6], y[:6], batch_size=2, epochs=1, shuffle=False, verbose=0)
+    assert _disable_dropout(two_fits)
+    two_fits.fit(x[6:14], y[6:14], batch_size=2, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(switched.get_weights(), two_fits.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+    # Never switched: dropout all along gives other weights.
+    kept = fresh()
+    kept.fit(x[:14], y[:14], batch_size=2, epochs=1, shuffle=False, verbose=0)
+    assert not all(np.allclose(a, b) for a, b in zip(kept.get_weights(), switched.get_weights(),
+                                                       strict=True))

@@ -93,17 +93,21 @@ class TrainingConfig:
     # without dropout (0: always keep the model's dropout). A model that sees
     # each example once or twice cannot memorise it; dropout only slows it
     # (Multi30k, 10 minutes: validation BLEU 22.2 without, 12.1 with, and
-    # 15% slower updates). Recorded in plan.json ("dropout_off").
+    # 15% slower updates). Recorded in plan.json ("dropout_off"). A budgeted
+    # run whose plan, revised at an epoch's end from the measured pace,
+    # turns short trains without dropout from there ("dropout_off_from_step").
     dropout_min_epochs: float = 3.0
     # A short run (planned for fewer than `dropout_min_epochs` passes) builds
     # its model with this many layers (each side) instead of the preset's;
     # null: the preset's depth at any length. Under a time budget the
     # shallower model is timed and planned first, and the preset's depth is
-    # built (and planned afresh) only when even the shallower one would make
-    # `dropout_min_epochs` passes. Bound by compute, a shallower model makes
-    # more updates and learns more per minute: Multi30k de->en in 10 minutes
-    # reached 31.4 greedy BLEU with 2+2 layers, 28.1-28.6 with 3+3. The depth
-    # used is recorded in plan.json ("num_layers").
+    # built (and planned afresh) only when it would itself make
+    # `dropout_min_epochs` passes, its cost per update estimated from the
+    # shallower model's (plan.json: "preset_depth_passes"). Bound by
+    # compute, a shallower model makes more updates and learns more per
+    # minute: Multi30k de->en in 10 minutes reached 31.4 greedy BLEU with
+    # 2+2 layers, 28.1-28.6 with 3+3. The depth used is recorded in
+    # plan.json ("num_layers").
     short_run_num_layers: int | None = None
     # Wall-clock minutes for the whole command (vocabulary, data, training,
     # validation, checkpoints, test evaluation); None: no budget, train for

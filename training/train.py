@@ -199,9 +199,12 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                 config, task, model, schedule, train_stream, checkpoint, step,
                 steps_per_epoch, valid, data, validation_score, watch, plan, max_steps,
             )
-            if probe is not None and not plan["dropout_off"]:
-                # Even the shallower model makes enough passes for depth to
-                # pay: the preset's own depth, planned afresh.
+            if probe is not None and _preset_depth_is_long(
+                config, model, plan, probe, watch, steps_per_epoch, max_steps
+            ):
+                # Even the preset's depth would make enough passes for depth
+                # to pay: that depth, planned afresh.
+                estimate = plan["preset_depth_passes"]
                 config = _with_num_layers(config, probe)
                 checkpoint.discard()
                 if _is_chief():  # a kill from here on resumes at this depth
@@ -213,6 +216,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
                     config, task, model, schedule, train_stream, checkpoint, step,
                     steps_per_epoch, valid, data, validation_score, watch, plan, max_steps,
                 )
+                plan["preset_depth_passes"] = estimate
             plan["planned"] = True
             if deadline is not None:  # the final evaluation keeps its time
                 deadline.keep(plan["seconds_reserved_for_final"], plan["seconds_per_validation"])
@@ -222,8 +226,14 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         callbacks = callbacks + extra_callbacks
         if "dropout_off" not in plan:
             plan["dropout_off"] = _short_run(config, plan["total_steps"], steps_per_epoch)
-        if plan["dropout_off"]:
+        # A revision may make a budgeted run short after it began with
+        # dropout: from then on it trains without (`_DropoutOffAt`), and a
+        # resumed run switches at the same update.
+        dropout_off_at = plan.get("dropout_off_from_step", 0) if plan["dropout_off"] else None
+        if dropout_off_at is not None and checkpoint.step >= dropout_off_at:
             _disable_dropout(model)
+        elif dropout_off_at is not None:
+            callbacks = callbacks + [_DropoutOffAt(checkpoint, dropout_off_at)]
         if _is_chief():
             budget.write_plan(plan_path, plan)
         if progress is not None:
@@ -328,6 +338,28 @@ def _disable_dropout(model):
     return changed
 
 
+class _DropoutOffAt(keras.callbacks.Callback):
+    """Turns dropout off before the update after global step `step`.
+
+    A resumed run whose plan turned dropout off at `step` (a revision found
+    the run short) trains with dropout up to that update and without it
+    from there, as the run it resumes did.  `fit` looks its step function
+    up at every update, so the retraced one takes over at once.
+    """
+
+    def __init__(self, checkpoint, step):
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.step = int(step)
+        self.done = False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self.done and self.checkpoint.step >= self.step:
+            self.done = True
+            if _disable_dropout(self.model):
+                self.model.make_train_function(force=True)
+
+
 class _StopAtPlanEnd(keras.callbacks.Callback):
     """Ends `fit` at the update that completes the plan (`plan["total_steps"]`).
 
@@ -374,6 +406,17 @@ def _revise_plan(config, task, model, data, validation_score, plan, plan_path, s
     if _replan(config, plan, schedule, timer, deadline, checkpoint,
                steps_per_epoch, max_steps) and progress is not None:
         progress.set_plan(plan["total_steps"])
+    if not plan["dropout_off"] and _short_run(config, plan["total_steps"], steps_per_epoch):
+        # Planned from its first updates, which run fast, the run looked
+        # long enough for dropout; at its measured pace it is short.  A
+        # Multi30k de->en ten-minute run planned 3.3 passes, made 2.7 with
+        # dropout, and its validation loss after two passes was 3.35
+        # against 3.22-3.26 for runs without.  The step function retraces
+        # (about 25 s of such a run's first epoch without dropout).
+        plan["dropout_off"] = True
+        plan["dropout_off_from_step"] = int(checkpoint.step)
+        if _disable_dropout(model):
+            model.make_train_function(force=True)  # fit calls it afresh each update
     if _is_chief():
         budget.write_plan(plan_path, plan)
     # Not one more epoch once the time is up: it would start, make one
@@ -435,6 +478,48 @@ def _short_depth_applies(config):
     if config.time_budget_minutes is not None:
         return True
     return config.epochs < config.dropout_min_epochs
+
+
+def _depth_cost_ratio(model, num_layers):
+    """An update's estimated cost at `num_layers` over its cost for `model`.
+
+    Parameters stand for multiply-adds per token: those of the encoder and
+    decoder blocks scale with depth, the rest (embeddings, the output
+    projection) do not.  The Multi30k model: 7.58M parameters at 3+3
+    layers, 5.73M at 2+2, so 1.32x.
+    """
+    blocks = [*getattr(model, "encoder_blocks", ()), *getattr(model, "decoder_blocks", ())]
+    in_blocks = sum(int(np.prod(w.shape)) for block in blocks for w in block.weights)
+    rest = model.count_params() - in_blocks
+    depth = len(getattr(model, "encoder_blocks", ())) or len(blocks)
+    if not depth:
+        return 1.0
+    return (rest + in_blocks * num_layers / depth) / (rest + in_blocks)
+
+
+def _preset_depth_is_long(config, model, plan, num_layers, watch, steps_per_epoch,
+                          max_steps):
+    """Whether the preset's `num_layers` would make `dropout_min_epochs` passes.
+
+    `model` is the shallower model, just planned; the deeper one's plan is
+    estimated from it, its times scaled by `_depth_cost_ratio`.  This is the
+    rule a run of `epochs` passes follows: the preset's depth in a run that
+    is not short.  Deciding on the shallower model's passes instead built
+    the deeper one for runs it made short: Multi30k de->en in 10 minutes on
+    a 2-core host planned 2+2 layers for 3.0 passes, so built 3+3, which
+    then made 2.2-2.4 passes without dropout.  Recorded in plan.json
+    ("preset_depth_passes").
+    """
+    if plan["dropout_off"]:  # short already at the shallower depth
+        return False
+    ratio = _depth_cost_ratio(model, num_layers)
+    total = budget.plan_total_steps(
+        60 * config.time_budget_minutes - watch.elapsed(), plan["seconds_per_step"] * ratio,
+        steps_per_epoch, 0, plan["seconds_per_validation"] * ratio,
+        plan["seconds_reserved_for_final"] * ratio, max_steps,
+    )
+    plan["preset_depth_passes"] = round(total / steps_per_epoch, 2)
+    return not _short_run(config, total, steps_per_epoch)
 
 
 def _short_run(config, total_steps, steps_per_epoch):
