@@ -2,9 +2,10 @@
 
 A budgeted run times and plans the shallower model first; when the preset's
 depth, its cost estimated from the shallower model's, would make
-`dropout_min_epochs` passes, it builds that depth and plans again.  Nothing of the model it tried may remain: not its checkpoints
-(a resume would load them into the wrong shape), not its updates (the run
-must end with the weights of a run that built the preset's depth at once).
+`dropout_min_epochs` passes, it builds that depth and plans again.  Nothing
+of the model it tried may remain: not its checkpoints (a resume would load
+them into the wrong shape), not its updates (the run must end with the
+weights of a run that built the preset's depth at once).
 """
 
 import json
@@ -12,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from training import budget
 from training.config import load_config
 from training.resume import ResumableCheckpoint
 from training.run_dir import load_run
@@ -100,7 +102,7 @@ def test_preset_depth_is_built_when_it_would_make_enough_passes(deep_passes):
     ratio = _depth_cost_ratio(one, 3)
     config = load_config("tiny", FAST + ["short_run_num_layers=1", "model.num_layers=3",
                                          "epochs=1000", "time_budget_minutes=10"])
-    steps_per_epoch, usable = 100, 600 * (1 - 0.04)  # budget.SAFETY is kept back
+    steps_per_epoch, usable = 100, 600 * (1 - budget.SAFETY)
     # The shallower model's pace, such that the deeper one makes `deep_passes`:
     # the shallower one makes `ratio` times as many (> 3 in every case but one).
     plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))

@@ -321,9 +321,11 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
 
 
 def _disable_dropout(model):
-    """Sets every dropout rate of `model` to 0; the next `fit` retraces its step.
+    """Sets every dropout rate of `model` to 0; its step function retraces.
 
-    Returns whether any rate changed.
+    Returns whether any rate changed.  A step function already made is
+    replaced: `fit` looks it up at every update, so a call from a callback
+    takes effect at the next update of the `fit` running.
 
     The weights and the optimizer state stay; the saved config keeps the
     built rates (they only act in training).
@@ -333,8 +335,8 @@ def _disable_dropout(model):
         if isinstance(layer, keras.layers.Dropout) and layer.rate > 0:
             layer.rate = 0.0
             changed = True
-    if changed:
-        model.train_function = None  # traced with the old rates
+    if changed and model.train_function is not None:
+        model.make_train_function(force=True)  # traced with the old rates
     return changed
 
 
@@ -356,8 +358,7 @@ class _DropoutOffAt(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if not self.done and self.checkpoint.step >= self.step:
             self.done = True
-            if _disable_dropout(self.model):
-                self.model.make_train_function(force=True)
+            _disable_dropout(self.model)
 
 
 class _StopAtPlanEnd(keras.callbacks.Callback):
@@ -415,8 +416,7 @@ def _revise_plan(config, task, model, data, validation_score, plan, plan_path, s
         # (about 25 s of such a run's first epoch without dropout).
         plan["dropout_off"] = True
         plan["dropout_off_from_step"] = int(checkpoint.step)
-        if _disable_dropout(model):
-            model.make_train_function(force=True)  # fit calls it afresh each update
+        _disable_dropout(model)
     if _is_chief():
         budget.write_plan(plan_path, plan)
     # Not one more epoch once the time is up: it would start, make one
