@@ -189,6 +189,12 @@ class TrainingConfig:
     # `token_dropout`, Iyyer et al. 2015); 0: none.  0.1 was tried on the
     # presets and not adopted (README, Kim's four other sets).
     token_dropout: float = 0.0
+    # Text classification: word dropout by frequency; while training a word
+    # seen c times in the training text is replaced by [UNK] with probability
+    # alpha / (alpha + c) (TransformerClassifier `rare_word_dropout`,
+    # Kiperwasser & Goldberg 2016); 0: none.  0.25 with min_word_count=1 was
+    # tried on the presets and not adopted (README, Kim's four other sets).
+    rare_word_dropout: float = 0.0
     # Text classification: LayerNorm of the pooled sentence features before
     # the head (TransformerClassifier `head_norm`): without it most of the
     # head's ReLUs died on MR, all of them with dropout 0.5.
@@ -259,6 +265,14 @@ class TrainingConfig:
             raise ValueError(
                 "`token_dropout` must be a number in [0, 1); received "
                 f"token_dropout={self.token_dropout!r}."
+            )
+        if isinstance(self.rare_word_dropout, bool) or not (
+            isinstance(self.rare_word_dropout, (int, float))
+            and 0 <= self.rare_word_dropout < math.inf
+        ):
+            raise ValueError(
+                "`rare_word_dropout` must be a finite number >= 0; received "
+                f"rare_word_dropout={self.rare_word_dropout!r}."
             )
         if not isinstance(self.ngram_widths, tuple) or any(
             not isinstance(w, int) or isinstance(w, bool) or w <= 0 for w in self.ngram_widths

@@ -15,7 +15,7 @@ from keras_transformer.layers.sinusoidal_position_encoding import (
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
-from keras_transformer.layers.token_dropout import TokenDropout
+from keras_transformer.layers.token_dropout import RareWordDropout, TokenDropout
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
     check_bool,
@@ -152,6 +152,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         token_dropout: word dropout (token input only): while training,
             each real token id is replaced by `[UNK]` (id 1) with this
             probability (`keras_transformer.layers.TokenDropout`); 0: none.
+        rare_word_dropout: word dropout by frequency (token input only):
+            alpha of `keras_transformer.layers.RareWordDropout`, which
+            replaces a word seen c times in the training text by `[UNK]`
+            with probability alpha / (alpha + c) while training; the counts
+            are set by `set_word_counts` (until then nothing is replaced)
+            and saved with the weights; 0: none.
 
     `num_layers=0` leaves the encoder out: the embeddings are pooled
     directly, a bag-of-words baseline to compare attention with; with
@@ -193,6 +199,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         pooling="mean",
         mixup_alpha=0.0,
         token_dropout=0.0,
+        rare_word_dropout=0.0,
         dtype=None,
         **kwargs,
     ):
@@ -220,11 +227,14 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_choice("pooling", pooling, ("mean", "max"))
         check_non_negative("mixup_alpha", mixup_alpha)
         check_rate("token_dropout", token_dropout)
-        if vocabulary_size is None and token_dropout:
-            raise ValueError(
-                "`token_dropout` applies to token input (vocabulary_size) only; received "
-                f"token_dropout={token_dropout!r} with num_features={num_features!r}."
-            )
+        check_non_negative("rare_word_dropout", rare_word_dropout)
+        for name, value in (("token_dropout", token_dropout),
+                            ("rare_word_dropout", rare_word_dropout)):
+            if vocabulary_size is None and value:
+                raise ValueError(
+                    f"`{name}` applies to token input (vocabulary_size) only; received "
+                    f"{name}={value!r} with num_features={num_features!r}."
+                )
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
@@ -253,6 +263,11 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             TokenDropout(token_dropout, replacement_id=UNK_ID, pad_id=PAD_ID, dtype=dtype,
                          name="token_dropout")
             if token_dropout else None
+        )
+        self.rare_word_dropout_layer = (
+            RareWordDropout(rare_word_dropout, vocabulary_size, replacement_id=UNK_ID,
+                            pad_id=PAD_ID, dtype=dtype, name="rare_word_dropout")
+            if rare_word_dropout else None
         )
         if vocabulary_size is not None:
             self.embedding = TokenAndPositionEmbedding(
@@ -326,6 +341,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.mixup_alpha = float(mixup_alpha)
         self.token_dropout = float(token_dropout)
+        self.rare_word_dropout = float(rare_word_dropout)
         self.mixup_seed = keras.random.SeedGenerator() if mixup_alpha else None
 
         # === Config ===
@@ -355,6 +371,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             mask = padding_mask(inputs)
             if self.token_dropout_layer is not None:
                 inputs = self.token_dropout_layer(inputs)  # training only
+            if self.rare_word_dropout_layer is not None:
+                inputs = self.rare_word_dropout_layer(inputs)  # training only
             x = self.embedding(inputs)
         else:
             mask = None
@@ -419,6 +437,15 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         """Class probabilities from logits: sigmoid for 1 class, else softmax."""
         return class_probabilities(logits, self.num_classes)
 
+    def set_word_counts(self, counts):
+        """Each id's count in the training text, for `rare_word_dropout`."""
+        if self.rare_word_dropout_layer is None:
+            raise ValueError(
+                "`set_word_counts` needs rare_word_dropout > 0; received "
+                f"rare_word_dropout={self.rare_word_dropout!r}."
+            )
+        self.rare_word_dropout_layer.set_counts(counts)
+
     def get_config(self):
         return {
             "name": self.name,
@@ -446,6 +473,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "pooling": self.pooling_mode,
             "mixup_alpha": self.mixup_alpha,
             "token_dropout": self.token_dropout,
+            "rare_word_dropout": self.rare_word_dropout,
         }
 
     @classmethod

@@ -54,7 +54,7 @@ class TextClassification(Task):
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
     fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "mixup_alpha",
-              "cross_fit", "token_dropout", "head_norm")
+              "cross_fit", "token_dropout", "rare_word_dropout", "head_norm")
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
     cross_fit_members = None
@@ -173,12 +173,25 @@ class TextClassification(Task):
     def build_model(self, config, data):
         # Mixup of the pooled sentence features, word dropout and the
         # LayerNorm before the head, in the model (`mixup_alpha`,
-        # `token_dropout`, `head_norm`).
-        return classifiers.build_classifier(
+        # `token_dropout`, `rare_word_dropout`, `head_norm`).
+        model = classifiers.build_classifier(
             config, data, vocabulary_size=self.tokenizer.vocabulary_size,
             mixup_alpha=config.mixup_alpha, token_dropout=config.token_dropout,
-            head_norm=config.head_norm,
+            rare_word_dropout=config.rare_word_dropout, head_norm=config.head_norm,
         )
+        if config.rare_word_dropout:
+            counts = self.word_counts(config, data.train[0])
+            for member in getattr(model, "members", [model]):
+                member.set_word_counts(counts)
+        return model
+
+    def word_counts(self, config, texts):
+        """Each id's count in `texts` as the model reads them (tokenized and
+        cut to `max_sequence_length`), padding 0: `rare_word_dropout`'s counts."""
+        ids = token_ids(self.tokenizer, texts, config.max_sequence_length)
+        counts = np.bincount(np.asarray(ids).ravel(), minlength=self.tokenizer.vocabulary_size)
+        counts[PAD_ID] = 0
+        return counts
 
     def loss_and_metrics(self, config):
         return classifiers.loss_and_metrics(config.label_smoothing, config.num_classes)
