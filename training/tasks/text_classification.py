@@ -187,7 +187,11 @@ class TextClassification(Task):
 
     def word_counts(self, config, texts):
         """Each id's count in `texts` as the model reads them (tokenized and
-        cut to `max_sequence_length`), padding 0: `rare_word_dropout`'s counts."""
+        cut to `max_sequence_length`), padding 0: `rare_word_dropout`'s counts.
+
+        Cross-fitted, `texts` is the whole pool and every member gets the same
+        counts, its own held-out tenth included (a word found only there is
+        counted though that member never trains on it)."""
         ids = token_ids(self.tokenizer, texts, config.max_sequence_length)
         counts = np.bincount(np.asarray(ids).ravel(), minlength=self.tokenizer.vocabulary_size)
         counts[PAD_ID] = 0
