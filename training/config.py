@@ -252,27 +252,20 @@ class TrainingConfig:
                 f"`patch_stride` must not exceed `patch_length`; received patch_stride="
                 f"{self.patch_stride!r}, patch_length={self.patch_length!r}."
             )
-        if isinstance(self.mixup_alpha, bool) or not (
-            isinstance(self.mixup_alpha, (int, float)) and 0 <= self.mixup_alpha < math.inf
-        ):
-            raise ValueError(
-                f"`mixup_alpha` must be a finite number >= 0; received "
-                f"mixup_alpha={self.mixup_alpha!r}."
-            )
+        for name in ("mixup_alpha", "rare_word_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (
+                isinstance(value, (int, float)) and 0 <= value < math.inf
+            ):
+                raise ValueError(
+                    f"`{name}` must be a finite number >= 0; received {name}={value!r}."
+                )
         if isinstance(self.token_dropout, bool) or not (
             isinstance(self.token_dropout, (int, float)) and 0 <= self.token_dropout < 1
         ):
             raise ValueError(
                 "`token_dropout` must be a number in [0, 1); received "
                 f"token_dropout={self.token_dropout!r}."
-            )
-        if isinstance(self.rare_word_dropout, bool) or not (
-            isinstance(self.rare_word_dropout, (int, float))
-            and 0 <= self.rare_word_dropout < math.inf
-        ):
-            raise ValueError(
-                "`rare_word_dropout` must be a finite number >= 0; received "
-                f"rare_word_dropout={self.rare_word_dropout!r}."
             )
         if not isinstance(self.ngram_widths, tuple) or any(
             not isinstance(w, int) or isinstance(w, bool) or w <= 0 for w in self.ngram_widths

@@ -4,11 +4,53 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.layers.validation import check_rate
+from keras_transformer.layers.validation import check_positive_int, check_rate
+
+
+class _TokenReplacement(keras.layers.Layer):
+    """What the word dropouts share: real token ids (not `pad_id`) replaced
+    by `replacement_id` where a seeded uniform draw falls below their rate.
+    The layer has no trainable weights."""
+
+    def __init__(self, replacement_id=1, pad_id=0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        for name, value in (("replacement_id", replacement_id), ("pad_id", pad_id)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"`{name}` must be a non-negative integer; received {name}={value!r}."
+                )
+        if replacement_id == pad_id:
+            raise ValueError(
+                "`replacement_id` must differ from `pad_id` (a replaced token would "
+                f"become padding); received replacement_id={replacement_id!r}, "
+                f"pad_id={pad_id!r}."
+            )
+        self.replacement_id = replacement_id
+        self.pad_id = pad_id
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.built = True
+
+    def _replace(self, token_ids, rates):
+        """`token_ids` with each real one replaced with probability `rates`
+        (a number, or one per token)."""
+        draws = keras.random.uniform(ops.shape(token_ids), seed=self.seed_generator)
+        replace = ops.logical_and(draws < rates, ops.not_equal(token_ids, self.pad_id))
+        return ops.where(replace, ops.cast(self.replacement_id, token_ids.dtype), token_ids)
+
+    def compute_output_spec(self, token_ids, training=False):
+        # The ids' own integer dtype, not the layer's (float) compute dtype.
+        return keras.KerasTensor(token_ids.shape, dtype=token_ids.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"replacement_id": self.replacement_id, "pad_id": self.pad_id,
+                       "seed": self.seed})
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TokenDropout(keras.layers.Layer):
+class TokenDropout(_TokenReplacement):
     """Replaces each real token id by `replacement_id` with probability `rate`.
 
     Word dropout for classifiers (Iyyer et al., 2015, "Deep Unordered
@@ -41,45 +83,22 @@ class TokenDropout(keras.layers.Layer):
     """
 
     def __init__(self, rate, replacement_id=1, pad_id=0, seed=None, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(replacement_id, pad_id, seed, **kwargs)
         self.rate = check_rate("rate", rate)
-        for name, value in (("replacement_id", replacement_id), ("pad_id", pad_id)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"`{name}` must be a non-negative integer; received {name}={value!r}."
-                )
-        if replacement_id == pad_id:
-            raise ValueError(
-                "`replacement_id` must differ from `pad_id` (a replaced token would "
-                f"become padding); received replacement_id={replacement_id!r}, "
-                f"pad_id={pad_id!r}."
-            )
-        self.replacement_id = replacement_id
-        self.pad_id = pad_id
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
-        self.built = True
 
     def call(self, token_ids, training=False):
         if not training or self.rate == 0:
             return token_ids
-        draws = keras.random.uniform(ops.shape(token_ids), seed=self.seed_generator)
-        replace = ops.logical_and(draws < self.rate, ops.not_equal(token_ids, self.pad_id))
-        return ops.where(replace, ops.cast(self.replacement_id, token_ids.dtype), token_ids)
-
-    def compute_output_spec(self, token_ids, training=False):
-        # The ids' own integer dtype, not the layer's (float) compute dtype.
-        return keras.KerasTensor(token_ids.shape, dtype=token_ids.dtype)
+        return self._replace(token_ids, self.rate)
 
     def get_config(self):
         config = super().get_config()
-        config.update({"rate": self.rate, "replacement_id": self.replacement_id,
-                       "pad_id": self.pad_id, "seed": self.seed})
+        config["rate"] = self.rate
         return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class RareWordDropout(keras.layers.Layer):
+class RareWordDropout(_TokenReplacement):
     """Replaces a token id by `replacement_id` the more often the rarer its word.
 
     Word dropout by frequency (Kiperwasser & Goldberg, 2016, for parsers):
@@ -120,34 +139,17 @@ class RareWordDropout(keras.layers.Layer):
 
     def __init__(self, alpha, vocabulary_size, replacement_id=1, pad_id=0, seed=None,
                  **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(replacement_id, pad_id, seed, **kwargs)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (
             0 < alpha < float("inf")
         ):
             raise ValueError(f"`alpha` must be a finite number > 0; received alpha={alpha!r}.")
-        for name, value, low in (("vocabulary_size", vocabulary_size, 1),
-                                 ("replacement_id", replacement_id, 0), ("pad_id", pad_id, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(
-                    f"`{name}` must be an integer >= {low}; received {name}={value!r}."
-                )
-        if replacement_id == pad_id:
-            raise ValueError(
-                "`replacement_id` must differ from `pad_id` (a replaced token would "
-                f"become padding); received replacement_id={replacement_id!r}, "
-                f"pad_id={pad_id!r}."
-            )
         self.alpha = float(alpha)
-        self.vocabulary_size = vocabulary_size
-        self.replacement_id = replacement_id
-        self.pad_id = pad_id
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
         self.counts = self.add_weight(
             shape=(vocabulary_size,), initializer="zeros", dtype="float32",
             trainable=False, name="counts",
         )
-        self.built = True
 
     def set_counts(self, counts):
         """Sets the training text's count of each id (`(vocabulary_size,)`, >= 0)."""
@@ -170,17 +172,9 @@ class RareWordDropout(keras.layers.Layer):
     def call(self, token_ids, training=False):
         if not training:
             return token_ids
-        rates = ops.take(self.rates(), token_ids)
-        draws = keras.random.uniform(ops.shape(token_ids), seed=self.seed_generator)
-        replace = ops.logical_and(draws < rates, ops.not_equal(token_ids, self.pad_id))
-        return ops.where(replace, ops.cast(self.replacement_id, token_ids.dtype), token_ids)
-
-    def compute_output_spec(self, token_ids, training=False):
-        return keras.KerasTensor(token_ids.shape, dtype=token_ids.dtype)
+        return self._replace(token_ids, ops.take(self.rates(), token_ids))
 
     def get_config(self):
         config = super().get_config()
-        config.update({"alpha": self.alpha, "vocabulary_size": self.vocabulary_size,
-                       "replacement_id": self.replacement_id, "pad_id": self.pad_id,
-                       "seed": self.seed})
+        config.update({"alpha": self.alpha, "vocabulary_size": self.vocabulary_size})
         return config
