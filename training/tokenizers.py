@@ -172,6 +172,7 @@ def learn_word_vocabulary(
     lower_case=True,
     reserved_tokens=RESERVED_TOKENS,
     min_count=2,
+    rare_pieces=0,
 ):
     """A vocabulary of whole words: those seen at least `min_count` times.
 
@@ -184,6 +185,12 @@ def learn_word_vocabulary(
     thousand labelled sentences this beats word pieces, whose rare pieces
     each train on a handful of examples (TREC, one classifier: README).
 
+    With `rare_pieces` n > 0, n of the `vocabulary_size` ids go to word
+    pieces learned (`learn_wordpiece_vocabulary`) on the other words alone,
+    each occurrence counted: the tokenizer's longest match keeps every
+    vocabulary word whole and cuts an unknown one into pieces ("cowboys"
+    -> "cowboy ##s" when "cowboy" is a vocabulary word) instead of one `[UNK]`.
+
     Args:
         sentences: Iterable of `str` or UTF-8 `bytes` (or a `tf.data.Dataset`
             of scalar strings).
@@ -193,17 +200,32 @@ def learn_word_vocabulary(
             that will use the vocabulary.
         reserved_tokens: Tokens placed first, in order (ids 0, 1, ...).
         min_count: Fewest occurrences in `sentences` of a word kept.
+        rare_pieces: Ids given to pieces of the words not kept (0: none,
+            every such word one `[UNK]`); pieces that are also kept words
+            are listed once, so the vocabulary may come out shorter.
 
     Returns:
-        The vocabulary as a list of `str`, `reserved_tokens` first.
+        The vocabulary as a list of `str`, `reserved_tokens` first: the kept
+        words, most frequent first, then the pieces.
 
     Raises:
         ValueError: If `sentences` has no words, `vocabulary_size` does not
-            exceed the reserved tokens, or `min_count` is below 1.
+            exceed the reserved tokens and `rare_pieces`, `min_count` is
+            below 1, or `rare_pieces` is negative or cannot hold the
+            characters of the words it cuts.
     """
     reserved_tokens = list(reserved_tokens)
     if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
         raise ValueError(f"min_count must be an integer >= 1, received min_count={min_count!r}.")
+    if isinstance(rare_pieces, bool) or not isinstance(rare_pieces, int) or rare_pieces < 0:
+        raise ValueError(
+            f"rare_pieces must be an integer >= 0, received rare_pieces={rare_pieces!r}."
+        )
+    if rare_pieces and vocabulary_size <= len(reserved_tokens) + rare_pieces:
+        raise ValueError(
+            f"vocabulary_size={vocabulary_size} leaves no id for words beside the "
+            f"{len(reserved_tokens)} reserved tokens and rare_pieces={rare_pieces}."
+        )
     texts = _normalized_texts(
         "learn_word_vocabulary", sentences, vocabulary_size, lower_case, reserved_tokens
     )
@@ -220,7 +242,28 @@ def learn_word_vocabulary(
         (word for word, n in counts.items() if n >= min_count and word not in reserved),
         key=lambda word: (-counts[word], word),
     )
-    return reserved_tokens + words[: vocabulary_size - len(reserved_tokens)]
+    words = words[: vocabulary_size - len(reserved_tokens) - rare_pieces]
+    if not rare_pieces:
+        return reserved_tokens + words
+    kept = set(words)
+    # Each occurrence of a word not kept, as the piece learner's text (in
+    # code-point order, so that the pieces learned never depend on hashing).
+    rare = [word for word in sorted(counts) if word not in kept
+            for _ in range(counts[word])]
+    if not rare:
+        return reserved_tokens + words
+    alphabet = _alphabet(tokenizer, sorted(set(rare)))
+    if len(alphabet) > rare_pieces:
+        raise ValueError(
+            f"rare_pieces={rare_pieces} (a TrainingConfig's rare_word_pieces) cannot hold "
+            f"the characters of the words it cuts ({len(alphabet)}, with their '##' forms): "
+            f"pass at least {len(alphabet)}."
+        )
+    pieces = learn_wordpiece_vocabulary(
+        rare, len(reserved_tokens) + rare_pieces, lower_case=lower_case,
+        reserved_tokens=reserved_tokens,
+    )[len(reserved_tokens):]
+    return reserved_tokens + words + [piece for piece in pieces if piece not in kept]
 
 
 def _normalized_texts(caller, sentences, vocabulary_size, lower_case, reserved_tokens):

@@ -53,8 +53,8 @@ class TextClassification(Task):
     name = "classification"
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "mixup_alpha",
-              "cross_fit", "token_dropout", "rare_word_dropout", "head_norm")
+    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "rare_word_pieces",
+              "mixup_alpha", "cross_fit", "token_dropout", "rare_word_dropout", "head_norm")
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
     cross_fit_members = None
