@@ -246,19 +246,20 @@ def learn_word_vocabulary(
     if not rare_pieces:
         return reserved_tokens + words
     kept = set(words)
-    # Each occurrence of a word not kept, as the piece learner's text (in
-    # code-point order, so that the pieces learned never depend on hashing).
-    rare = [word for word in sorted(counts) if word not in kept
-            for _ in range(counts[word])]
-    if not rare:
+    # The words not kept, in code-point order, so that the pieces learned
+    # never depend on hashing.
+    unknown = [word for word in sorted(counts) if word not in kept]
+    if not unknown:
         return reserved_tokens + words
-    alphabet = _alphabet(tokenizer, sorted(set(rare)))
+    alphabet = _alphabet(tokenizer, unknown)
     if len(alphabet) > rare_pieces:
         raise ValueError(
             f"rare_pieces={rare_pieces} (a TrainingConfig's rare_word_pieces) cannot hold "
             f"the characters of the words it cuts ({len(alphabet)}, with their '##' forms): "
             f"pass at least {len(alphabet)}."
         )
+    # The piece learner's text: each occurrence of each such word.
+    rare = [word for word in unknown for _ in range(counts[word])]
     pieces = learn_wordpiece_vocabulary(
         rare, len(reserved_tokens) + rare_pieces, lower_case=lower_case,
         reserved_tokens=reserved_tokens,
