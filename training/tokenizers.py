@@ -154,6 +154,18 @@ def learn_wordpiece_vocabulary(
             f"the characters of sentences: pass at least "
             f"{len(reserved_tokens) + len(alphabet)}."
         )
+    return _train_wordpieces(tokenizer, texts, alphabet, vocabulary_size, reserved_tokens,
+                             min_frequency)
+
+
+def _train_wordpieces(tokenizer, texts, alphabet, vocabulary_size, reserved_tokens,
+                      min_frequency):
+    """Trains `tokenizer` on `texts` (already normalized) and returns its vocabulary.
+
+    `alphabet` (`_alphabet` of `texts`, which must fit in `vocabulary_size`
+    with `reserved_tokens`: the callers check, each naming its own argument)
+    takes the ids after the reserved tokens.
+    """
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocabulary_size,
         min_frequency=min_frequency,
@@ -186,7 +198,7 @@ def learn_word_vocabulary(
     each train on a handful of examples (TREC, one classifier: README).
 
     With `rare_pieces` n > 0, n of the `vocabulary_size` ids go to word
-    pieces learned (`learn_wordpiece_vocabulary`) on the other words alone,
+    pieces learned (`learn_wordpiece_vocabulary`'s trainer) on the other words alone,
     each occurrence counted: the tokenizer's longest match keeps every
     vocabulary word whole and cuts an unknown one into pieces ("cowboys"
     -> "cowboy ##s" when "cowboy" is a vocabulary word) instead of one `[UNK]`.
@@ -258,11 +270,12 @@ def learn_word_vocabulary(
             f"the characters of the words it cuts ({len(alphabet)}, with their '##' forms): "
             f"pass at least {len(alphabet)}."
         )
-    # The piece learner's text: each occurrence of each such word.
+    # The piece learner's text: each occurrence of each such word, already
+    # normalized and split (the words of `counts`).
     rare = [word for word in unknown for _ in range(counts[word])]
-    pieces = learn_wordpiece_vocabulary(
-        rare, len(reserved_tokens) + rare_pieces, lower_case=lower_case,
-        reserved_tokens=reserved_tokens,
+    pieces = _train_wordpieces(
+        tokenizer, rare, alphabet, len(reserved_tokens) + rare_pieces, reserved_tokens,
+        min_frequency=2,
     )[len(reserved_tokens):]
     return reserved_tokens + words + [piece for piece in pieces if piece not in kept]
 
