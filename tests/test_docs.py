@@ -5,6 +5,7 @@ for the runs behind them; a renamed heading or a moved result file would
 leave a reader at a dead link.  These checks read the Markdown only.
 """
 
+import functools
 import re
 
 import pytest
@@ -27,6 +28,7 @@ def github_anchor(heading):
     return slug.replace(" ", "-")
 
 
+@functools.cache
 def anchors(path):
     text = path.read_text(encoding="utf-8")
     return {github_anchor(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.M)}
