@@ -371,7 +371,19 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
         "beam_size=2", "warmup_steps=null",
     ])
     started = time.time()
-    metrics = train(config, tmp_path / "run", verbose=0, started_at=started)
+    # On a machine that slows down after the plan is made, the end-of-run
+    # guard leaves the beam search out rather than overrun the budget (a CI
+    # run of session 27 came to the test's beams with 0 s left; alone, the
+    # same run ends 6-7 s early).  That warning, and no other, is allowed,
+    # and metrics.json must then say so.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filterwarnings("always", message="No beam-search test BLEU",
+                                category=UserWarning)
+        metrics = train(config, tmp_path / "run", verbose=0, started_at=started)
+    beam_left_out = any("No beam-search test BLEU" in str(w.message) for w in caught)
+    assert beam_left_out == ("test_beam_skipped" in metrics), metrics.get("test_beam_skipped")
+    assert "test_bleu_greedy" in metrics
+    assert ("test_bleu_beam" in metrics) != beam_left_out
     where = {k: v for k, v in metrics.items() if k.endswith("seconds") or k == "plan"}
     # 10% slack: on a machine whose load changes after the plan is made, the
     # deadline fallback stops training but the final evaluation still runs.
