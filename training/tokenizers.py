@@ -26,6 +26,8 @@ from training.text_files import read_lines
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+# The piece learners' default: a pair of pieces seen once is never merged.
+MIN_PAIR_FREQUENCY = 2
 _STRINGS = tf.TensorSpec([None], tf.string)
 _IDS = tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)
 
@@ -94,7 +96,7 @@ def learn_wordpiece_vocabulary(
     vocabulary_size,
     lower_case=True,
     reserved_tokens=RESERVED_TOKENS,
-    min_frequency=2,
+    min_frequency=MIN_PAIR_FREQUENCY,
 ):
     """Learns a word-piece vocabulary with Hugging Face `tokenizers`.
 
@@ -275,7 +277,7 @@ def learn_word_vocabulary(
     rare = [word for word in unknown for _ in range(counts[word])]
     pieces = _train_wordpieces(
         tokenizer, rare, alphabet, len(reserved_tokens) + rare_pieces, reserved_tokens,
-        min_frequency=2,
+        min_frequency=MIN_PAIR_FREQUENCY,
     )[len(reserved_tokens):]
     return reserved_tokens + words + [piece for piece in pieces if piece not in kept]
 
