@@ -205,6 +205,9 @@ class TrainingConfig:
     # the head (TransformerClassifier `head_norm`): without it most of the
     # head's ReLUs died on MR, all of them with dropout 0.5.
     head_norm: bool = False
+    # Text classification (prototype): hashed character 3-5-grams of every
+    # word added to its embedding (fastText); the number of hash buckets, 0: none.
+    char_ngram_buckets: int = 0
 
     def to_dict(self):
         return dataclasses.asdict(self)

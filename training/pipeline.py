@@ -363,6 +363,7 @@ def make_classification_dataset(
             dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
         else:
             shape = [pad_to_length if pad_to_length is not None else None]
+            shape += [tokenizer.per_word + 1] if hasattr(tokenizer, "per_word") else []
             weight_shape = () if sample_weight is None else (list(sample_weight.shape[1:]),)
             dataset = dataset.padded_batch(
                 batch_size,

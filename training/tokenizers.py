@@ -470,3 +470,51 @@ class SentencePieceTokenizer(tf.Module):
     def detokenize(self, ids):
         """Ids (B, None) int32 -> strings (B,); same rules as `WordPieceTokenizer`."""
         return self._tokenizer.detokenize(_text_ids(ids, self.vocabulary_size))
+
+
+class CharNGramTokenizer(tf.Module):
+    """A word tokenizer whose every token also carries its spelling (fastText).
+
+    `tokenize` gives, per token, the base tokenizer's id followed by the
+    hashed ids (1..buckets; 0 none) of the character n-grams of "<word>"
+    (widths `widths`, at most `per_word` of them): a ragged
+    `(B, None, 1 + per_word)` int32.  Meant for whole-word vocabularies,
+    where each word is one token (a vocabulary word or `[UNK]`).
+
+    Args:
+        base: a `WordPieceTokenizer`.
+        buckets: hash buckets of the n-grams.
+        per_word: n-gram ids kept per word (the 3-grams first).
+        widths: n-gram widths.
+    """
+
+    def __init__(self, base, buckets, per_word=32, widths=(3, 4, 5), name=None):
+        super().__init__(name=name)
+        self.base = base
+        self.buckets = int(buckets)
+        self.per_word = int(per_word)
+        self.widths = tuple(int(w) for w in widths)
+        self.vocabulary = base.vocabulary
+        self.lower_case = base.lower_case
+
+    @property
+    def vocabulary_size(self):
+        return self.base.vocabulary_size
+
+    @tf.function(input_signature=[_STRINGS])
+    def tokenize(self, strings):
+        normalized = normalize_text(strings, self.lower_case)
+        ids, starts, ends = self.base._tokenizer.tokenize_with_offsets(normalized)
+        rows = tf.gather(normalized, ids.value_rowids())
+        words = tf.strings.substr(rows, starts.flat_values, ends.flat_values - starts.flat_values)
+        chars = tf.strings.unicode_split(tf.strings.join(["<", words, ">"]), "UTF-8",
+                                         errors="replace")
+        grams = tf.strings.ngrams(chars, list(self.widths), separator="")
+        hashed = tf.strings.to_hash_bucket_fast(grams, self.buckets) + 1  # 0: none
+        hashed = tf.cast(hashed[:, : self.per_word].to_tensor(0, shape=[None, self.per_word]),
+                         tf.int32)
+        packed = tf.concat([tf.expand_dims(ids.flat_values, 1), hashed], axis=1)
+        return tf.RaggedTensor.from_row_splits(packed, ids.row_splits)
+
+    def detokenize(self, ids):
+        return self.base.detokenize(ids)

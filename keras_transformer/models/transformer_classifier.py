@@ -200,6 +200,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         mixup_alpha=0.0,
         token_dropout=0.0,
         rare_word_dropout=0.0,
+        char_ngram_buckets=0,
+        char_ngrams_per_word=32,
         dtype=None,
         **kwargs,
     ):
@@ -274,6 +276,16 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
                 vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
                 dtype=dtype, name="token_embedding",
             )
+            # Hashed character n-grams of each word (fastText): input
+            # (B, T, 1 + G), the word id then G bucket ids (0: none).
+            self.char_ngram_embedding = (
+                keras.layers.Embedding(
+                    char_ngram_buckets + 1, hidden_dim,
+                    embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
+                    dtype=dtype, name="char_ngram_embedding",
+                )
+                if char_ngram_buckets else None
+            )
         else:
             # GroupNormalization with one group per feature is instance
             # normalization: statistics over the time axis of each series.
@@ -333,7 +345,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
         # === Functional model ===
         self.vocabulary_size = vocabulary_size  # token or numeric input (_pooled_features)
-        if vocabulary_size is not None:
+        self.char_ngram_buckets = int(char_ngram_buckets)
+        self.char_ngrams_per_word = int(char_ngrams_per_word)
+        if vocabulary_size is not None and char_ngram_buckets:
+            inputs = keras.Input((None, 1 + self.char_ngrams_per_word), dtype="int32",
+                                 name="token_ids")
+        elif vocabulary_size is not None:
             inputs = keras.Input((None,), dtype="int32", name="token_ids")
         else:
             inputs = keras.Input((None, num_features), dtype="float32", name="features")
@@ -368,12 +385,21 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
         if self.vocabulary_size is not None:
+            grams = None
+            if self.char_ngram_buckets:
+                grams, inputs = inputs[..., 1:], inputs[..., 0]  # (B, T, G), (B, T)
             mask = padding_mask(inputs)
             if self.token_dropout_layer is not None:
                 inputs = self.token_dropout_layer(inputs)  # training only
             if self.rare_word_dropout_layer is not None:
                 inputs = self.rare_word_dropout_layer(inputs)  # training only
             x = self.embedding(inputs)
+            if grams is not None:
+                vectors = self.char_ngram_embedding(grams)  # (B, T, G, d)
+                present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
+                count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
+                mean = ops.sum(vectors * present, axis=2) / count
+                x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)
         else:
             mask = None
             x = inputs
@@ -474,6 +500,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "mixup_alpha": self.mixup_alpha,
             "token_dropout": self.token_dropout,
             "rare_word_dropout": self.rare_word_dropout,
+            "char_ngram_buckets": self.char_ngram_buckets,
+            "char_ngrams_per_word": self.char_ngrams_per_word,
         }
 
     @classmethod

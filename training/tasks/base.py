@@ -34,7 +34,7 @@ from training.tokenizers import WordPieceTokenizer
 TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
                "mixup_alpha": 0.0, "ensemble_size": 1, "ngram_widths": (), "pooling": "mean",
                "min_word_count": 0, "rare_word_pieces": 0, "cross_fit": False, "token_dropout": 0.0,
-               "rare_word_dropout": 0.0, "head_norm": False}
+               "rare_word_dropout": 0.0, "head_norm": False, "char_ngram_buckets": 0}
 
 
 class Task:

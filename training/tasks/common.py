@@ -60,7 +60,7 @@ def token_ids(tokenizer, sentences, max_sequence_length):
     """
     ragged = tokenizer.tokenize(tf.constant(list(sentences), tf.string))
     ids = ragged[:, :max_sequence_length].to_tensor(PAD_ID).numpy()
-    return np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))])
+    return np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))] + [(0, 0)] * (ids.ndim - 2))
 
 
 def text_input(example):

@@ -10,6 +10,7 @@ from training.data import TaskData, require_file, resolve_data_dir
 from training.recipes_series import ENSEMBLE_SIZE
 from training.tasks import classifiers
 from training.tasks.base import Task
+from training.tokenizers import CharNGramTokenizer
 from training.tasks.common import (
     learn_or_load_tokenizer,
     text_input,
@@ -54,7 +55,8 @@ class TextClassification(Task):
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
     fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "rare_word_pieces",
-              "mixup_alpha", "cross_fit", "token_dropout", "rare_word_dropout", "head_norm")
+              "mixup_alpha", "cross_fit", "token_dropout", "rare_word_dropout", "head_norm",
+              "char_ngram_buckets")
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
     cross_fit_members = None
@@ -152,6 +154,8 @@ class TextClassification(Task):
     def prepare(self, config, data, run_dir, write=True):
         super().prepare(config, data, run_dir, write)
         self.tokenizer = learn_or_load_tokenizer(config, run_dir, list(data.train[0]), write)
+        if config.char_ngram_buckets:
+            self.tokenizer = CharNGramTokenizer(self.tokenizer, config.char_ngram_buckets)
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
         weights = None
@@ -166,7 +170,8 @@ class TextClassification(Task):
         return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
 
     def batch_tokens(self, config, inputs, labels):
-        return int(np.count_nonzero(inputs.numpy()))  # non-padding ids
+        ids = inputs.numpy()
+        return int(np.count_nonzero(ids if ids.ndim == 2 else ids[..., 0]))  # non-padding ids
 
     # --- model, selection, evaluation ------------------------------------------
 
@@ -178,6 +183,8 @@ class TextClassification(Task):
             config, data, vocabulary_size=self.tokenizer.vocabulary_size,
             mixup_alpha=config.mixup_alpha, token_dropout=config.token_dropout,
             rare_word_dropout=config.rare_word_dropout, head_norm=config.head_norm,
+            **({"char_ngram_buckets": config.char_ngram_buckets}
+               if config.char_ngram_buckets else {}),
         )
         if config.rare_word_dropout:
             counts = self.word_counts(config, data.train[0])
