@@ -10,8 +10,8 @@ assets/tokenizer.json          the tokenizer options (token inputs)
 assets/labels.txt              one class name a line (classifiers)
 ```
 
-`WordPieceTokenizer.load(os.path.join(export_dir, "assets"))` rebuilds the
-tokenizer from the assets alone.
+`training.tokenizers.load_tokenizer(os.path.join(export_dir, "assets"))`
+rebuilds the tokenizer from the assets alone.
 """
 
 import json

@@ -10,6 +10,7 @@ fixed input signature whose `tf.TensorSpec`s declare `tf.string` explicitly
 and the returned dict keys its output keys.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.decoding import beam_search, greedy_search
@@ -48,7 +49,8 @@ def _tf_variables(model):
 
 
 def _dense_ids(ragged_ids, max_length):
-    """Ragged `(B, None)` ids -> `(B, S)` cut to `max_length`, 0-padded, S >= 1.
+    """Ragged `(B, None)` ids -> `(B, S)` cut to `max_length`, 0-padded, S >= 1
+    (packed ids `(B, None, 1 + G)` -> `(B, S, 1 + G)`).
 
     A batch of empty sentences still gets one (padding) column, so the model
     never sees a zero-length axis.
@@ -57,8 +59,18 @@ def _dense_ids(ragged_ids, max_length):
 
 
 def _at_least_one_column(ids):
-    """`(B, S)` ids, padded to `(B, max(S, 1))`."""
-    return tf.pad(ids, [[0, 0], [0, tf.maximum(1 - tf.shape(ids)[1], 0)]])
+    """`(B, S)` ids, padded to `(B, max(S, 1))` (packed `(B, S, 1 + G)` alike)."""
+    extra = [[0, 0]] * (ids.shape.rank - 2)
+    return tf.pad(ids, [[0, 0], [0, tf.maximum(1 - tf.shape(ids)[1], 0)], *extra])
+
+
+def _split_packed(ids):
+    """`(B, S)` ids -> (ids, None); packed `(B, S, 1 + G)` -> (word ids, n-gram ids)."""
+    return (ids, None) if ids.shape.rank == 2 else (ids[..., 0], ids[..., 1:])
+
+
+def _pack(ids, grams):
+    return ids if grams is None else tf.concat([ids[..., None], grams], axis=-1)
 
 
 def fill_empty_rows(ids):
@@ -67,18 +79,45 @@ def fill_empty_rows(ids):
     A row without any real token (an empty or whitespace-only sentence)
     would pool to a zero vector, an input the classifier never saw in
     training; serving reads such a sentence as one unknown word instead,
-    the same in the SavedModel and in TFLite.
+    the same in the SavedModel and in TFLite.  Packed ids (`(B, S, 1 + G)`,
+    `CharNGramTokenizer`) get the `[UNK]` in their token column, with no
+    n-grams (an empty word has no spelling).
     """
+    ids, grams = _split_packed(ids)
     empty = tf.reduce_all(ids == PAD_ID, axis=1, keepdims=True)  # (B, 1)
     first = tf.range(tf.shape(ids)[1]) == 0  # (S,)
-    return tf.where(empty & first[None, :], UNK_ID, ids)  # (B, S)
+    return _pack(tf.where(empty & first[None, :], UNK_ID, ids), grams)  # (B, S)
 
 
-def replace_invalid_ids(token_ids, vocabulary_size):
-    """Ids outside [0, V) become `[UNK]`: a gather must never go out of range."""
-    token_ids = tf.cast(token_ids, tf.int32)
-    bad = (token_ids < 0) | (token_ids >= vocabulary_size)
-    return tf.where(bad, UNK_ID, token_ids)
+def fill_empty_rows_numpy(ids):
+    """`fill_empty_rows` of a numpy `(B, S)` or packed `(B, S, 1 + G)` array, as a copy."""
+    ids = np.array(ids)
+    words = ids if ids.ndim == 2 else ids[..., 0]
+    words[(words == PAD_ID).all(axis=1), 0] = UNK_ID  # a view: writes into `ids`
+    return ids
+
+
+def replace_invalid_ids(token_ids, vocabulary_size, char_ngram_buckets=0):
+    """Ids outside [0, V) become `[UNK]`: a gather must never go out of range.
+
+    Packed ids (`(B, S, 1 + G)`): the token column as above, and n-gram ids
+    outside [0, `char_ngram_buckets`] become 0 (no n-gram).
+    """
+    ids, grams = _split_packed(tf.cast(token_ids, tf.int32))
+    bad = (ids < 0) | (ids >= vocabulary_size)
+    ids = tf.where(bad, UNK_ID, ids)
+    if grams is not None:
+        grams = tf.where((grams < 0) | (grams > char_ngram_buckets), 0, grams)
+    return _pack(ids, grams)
+
+
+def token_ids_spec(model, batch_size=None, length=None):
+    """The `token_ids` TensorSpec of a token classifier: `(B, S)`, or
+    `(B, S, 1 + G)` with `char_ngram_buckets` (G its `char_ngrams_per_word`)."""
+    shape = [batch_size, length]
+    if getattr(model, "char_ngram_buckets", 0):
+        shape.append(1 + int(model.char_ngrams_per_word))
+    return tf.TensorSpec(shape, tf.int32, name="token_ids")
 
 
 class TranslatorModule(tf.Module):
@@ -214,7 +253,8 @@ class ClassifierModule(tf.Module):
 
     Token classifiers get `classify(sentences (B,) tf.string)` (tokenized in
     the graph and cut to `max_sequence_length` like the training pipeline)
-    and `classify_ids(token_ids (B, S) int32)`; numeric classifiers get
+    and `classify_ids(token_ids (B, S) int32)` (`(B, S, 1 + G)` for a model
+    with `char_ngram_buckets`, as `CharNGramTokenizer` packs them); numeric classifiers get
     `classify_features(features (B, T, F) float32)`; a `VisionTransformer`
     gets `classify_images(images (B, H, W, C) float32)`, H = W = its
     `image_size` and C its `num_channels` (other shapes are refused when
@@ -261,7 +301,8 @@ class ClassifierModule(tf.Module):
         elif self.token_input:
             self.max_sequence_length = int(model.max_sequence_length)
             self.vocabulary_size = model.vocabulary_size
-            ids_spec = tf.TensorSpec([None, None], tf.int32, name="token_ids")
+            self.char_ngram_buckets = int(getattr(model, "char_ngram_buckets", 0))
+            ids_spec = token_ids_spec(model)
             self.classify = tf.function(self._classify, input_signature=[SENTENCES])
             self.classify_ids = tf.function(
                 self._classify_ids, input_signature=[ids_spec]
@@ -304,7 +345,8 @@ class ClassifierModule(tf.Module):
 
     def _classify_ids(self, token_ids):
         ids = replace_invalid_ids(
-            token_ids[:, : self.max_sequence_length], self.vocabulary_size
+            token_ids[:, : self.max_sequence_length], self.vocabulary_size,
+            self.char_ngram_buckets,
         )
         return self._outputs(fill_empty_rows(_at_least_one_column(ids)))
 

@@ -2,7 +2,8 @@
 
 Both programs have fully static shapes, fixed when converting:
 
-- classifier: `token_ids` int32 `(batch_size, S)` -> `probabilities`
+- classifier: `token_ids` int32 `(batch_size, S)` (`(batch_size, S, 1 + G)`
+  with `char_ngram_buckets`) -> `probabilities`
   `(batch_size, K)` float32 (or `features` float32 `(batch_size, S, F)` for
   a numeric classifier, `images` float32 `(batch_size, H, W, C)` for a
   `VisionTransformer`, H = W = its `image_size`). Padding id 0 is masked, so
@@ -49,6 +50,7 @@ from export.serving import (
     EXTRA_OUTPUT_LENGTH,
     fill_empty_rows,
     replace_invalid_ids,
+    token_ids_spec,
 )
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
@@ -107,10 +109,11 @@ def _classifier_input(model, sequence_length, batch_size):
         return spec, tf.identity
     length = int(sequence_length or model.max_sequence_length)
     if model.vocabulary_size is not None:
-        spec = tf.TensorSpec([batch_size, length], tf.int32, name="token_ids")
+        spec = token_ids_spec(model, batch_size, length)
 
         def prepare(inputs):
-            return fill_empty_rows(replace_invalid_ids(inputs, model.vocabulary_size))
+            return fill_empty_rows(replace_invalid_ids(
+                inputs, model.vocabulary_size, getattr(model, "char_ngram_buckets", 0)))
     else:
         spec = tf.TensorSpec(
             [batch_size, length, model.num_features], tf.float32, name="features"

@@ -12,8 +12,8 @@ import numpy as np
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
+from export.serving import fill_empty_rows_numpy
 from keras_transformer.decoding import greedy_search
-from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 
 # Largest |TFLite - Keras| class probability accepted, by weight type. The
 # float32 bound is summation-order noise; the others are loose enough for
@@ -56,6 +56,8 @@ def _model_inputs(examples, tokenizer, spec):
                 "String examples need the tokenizer; received tokenizer=None."
             )
         rows = tokenizer.tokenize(tf.constant(list(examples), tf.string)).to_list()
+        # Packed ids (`CharNGramTokenizer`): an empty row is (0, 1 + G) too.
+        rows = [np.asarray(row, np.int32).reshape(-1, *spec["shape"][2:]) for row in rows]
         return _fit_length(rows, length).astype(np.int32)
     return _fit_length(list(examples), length).astype(spec["dtype"])
 
@@ -130,8 +132,7 @@ def verify_tflite(
         )
     else:
         if inputs.dtype == np.int32:  # Empty rows are read as one [UNK], as served.
-            inputs = inputs.copy()
-            inputs[(inputs == PAD_ID).all(axis=1), 0] = UNK_ID
+            inputs = fill_empty_rows_numpy(inputs)
         expected = np.asarray(model.probabilities(model(inputs, training=False)))
         difference = float(np.abs(actual - expected).max())
         limit = PROBABILITY_TOLERANCE[quantization] if tolerance is None else tolerance

@@ -71,7 +71,8 @@ def test_recipe_defaults_name_config_fields(name):
 def test_task_only_fields_are_refused_where_unused():
     series = dict(patch_length=4, patch_stride=1, standardize_series=True)
     text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, rare_word_pieces=100,
-                cross_fit=True, token_dropout=0.1, rare_word_dropout=0.25, head_norm=True)
+                cross_fit=True, token_dropout=0.1, rare_word_dropout=0.25, head_norm=True,
+                char_ngram_buckets=64)
     both = dict(ensemble_size=3, mixup_alpha=0.4)  # the two classifier tasks
     assert set(TASK_FIELDS) == {*series, *text, *both}
     TrainingConfig(task="timeseries", dataset="ucr", **both, **series).validate()

@@ -363,7 +363,8 @@ def make_classification_dataset(
             dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
         else:
             shape = [pad_to_length if pad_to_length is not None else None]
-            shape += [tokenizer.per_word + 1] if hasattr(tokenizer, "per_word") else []
+            per_word = getattr(tokenizer, "char_ngrams_per_word", None)
+            shape += [1 + per_word] if per_word else []  # CharNGramTokenizer's packed ids
             weight_shape = () if sample_weight is None else (list(sample_weight.shape[1:]),)
             dataset = dataset.padded_batch(
                 batch_size,

@@ -415,12 +415,26 @@ class WordPieceTokenizer(tf.Module):
     def load(cls, directory):
         """Rebuilds a tokenizer written by `save` (`tokenizer.json` optional)."""
         vocabulary = read_lines(os.path.join(directory, "vocab.txt"))
-        config_path = os.path.join(directory, "tokenizer.json")
-        config = {}
-        if os.path.isfile(config_path):
-            with open(config_path, encoding="utf-8") as f:
-                config = json.load(f)
+        config = _tokenizer_json(directory)
+        config.pop("char_ngrams", None)  # `CharNGramTokenizer`'s (`load_tokenizer`)
         return cls(vocabulary, **config)
+
+
+def _tokenizer_json(directory):
+    path = os.path.join(directory, "tokenizer.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_tokenizer(directory):
+    """The tokenizer a `save` wrote to `directory`: a `WordPieceTokenizer`,
+    or the `CharNGramTokenizer` around one when `tokenizer.json` holds its
+    `char_ngrams` settings."""
+    base = WordPieceTokenizer.load(directory)
+    settings = _tokenizer_json(directory).get("char_ngrams")
+    return base if settings is None else CharNGramTokenizer(base, **settings)
 
 
 class SentencePieceTokenizer(tf.Module):
@@ -473,48 +487,77 @@ class SentencePieceTokenizer(tf.Module):
 
 
 class CharNGramTokenizer(tf.Module):
-    """A word tokenizer whose every token also carries its spelling (fastText).
+    """A tokenizer whose every token also carries its spelling (fastText).
 
-    `tokenize` gives, per token, the base tokenizer's id followed by the
-    hashed ids (1..buckets; 0 none) of the character n-grams of "<word>"
-    (widths `widths`, at most `per_word` of them): a ragged
-    `(B, None, 1 + per_word)` int32.  Meant for whole-word vocabularies,
-    where each word is one token (a vocabulary word or `[UNK]`).
+    `tokenize` gives, per token of the base tokenizer, its id followed by
+    the hashed ids of the character n-grams of "<token>" ("<" and ">" mark
+    the word's edges; widths `widths`, the shortest first, at most
+    `char_ngrams_per_word` of them, 1..`char_ngram_buckets`, 0 after the
+    last): a ragged `(B, None, 1 + char_ngrams_per_word)` int32, the input of
+    a `TransformerClassifier` with the same `char_ngram_buckets`.  The
+    token's text is the normalised sentence's span under its offsets, so
+    an `[UNK]` word keeps its spelling.  Hashing is tf's FarmHash
+    (`tf.strings.to_hash_bucket_fast`), the same in training, in a
+    SavedModel's graph and on any machine.
 
     Args:
-        base: a `WordPieceTokenizer`.
-        buckets: hash buckets of the n-grams.
-        per_word: n-gram ids kept per word (the 3-grams first).
-        widths: n-gram widths.
+        base: a `WordPieceTokenizer` (whole words, or word pieces).
+        char_ngram_buckets: hash buckets, a positive int.
+        char_ngrams_per_word: n-gram ids kept per token, a positive int.
+        widths: the n-gram widths.
+        name: module name.
     """
 
-    def __init__(self, base, buckets, per_word=32, widths=(3, 4, 5), name=None):
+    def __init__(self, base, char_ngram_buckets, char_ngrams_per_word=32, widths=(3, 4, 5),
+                 name=None):
         super().__init__(name=name)
+        for arg, value in (("char_ngram_buckets", char_ngram_buckets),
+                           ("char_ngrams_per_word", char_ngrams_per_word)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{arg}` must be a positive integer; received {arg}={value!r}.")
+        if not isinstance(widths, (list, tuple)) or not widths or any(
+                isinstance(w, bool) or not isinstance(w, int) or w <= 0 for w in widths):
+            raise ValueError(f"`widths` must be positive integers; received widths={widths!r}.")
         self.base = base
-        self.buckets = int(buckets)
-        self.per_word = int(per_word)
-        self.widths = tuple(int(w) for w in widths)
+        self.char_ngram_buckets = char_ngram_buckets
+        self.char_ngrams_per_word = char_ngrams_per_word
+        self.widths = tuple(sorted(widths))
         self.vocabulary = base.vocabulary
         self.lower_case = base.lower_case
 
     @property
     def vocabulary_size(self):
+        """The base tokenizer's."""
         return self.base.vocabulary_size
 
     @tf.function(input_signature=[_STRINGS])
     def tokenize(self, strings):
+        """Strings (B,) -> ragged (B, None, 1 + char_ngrams_per_word) int32."""
         normalized = normalize_text(strings, self.lower_case)
         ids, starts, ends = self.base._tokenizer.tokenize_with_offsets(normalized)
-        rows = tf.gather(normalized, ids.value_rowids())
-        words = tf.strings.substr(rows, starts.flat_values, ends.flat_values - starts.flat_values)
-        chars = tf.strings.unicode_split(tf.strings.join(["<", words, ">"]), "UTF-8",
+        rows = tf.gather(normalized, ids.value_rowids())  # each token's sentence
+        tokens = tf.strings.substr(rows, starts.flat_values, ends.flat_values - starts.flat_values)
+        chars = tf.strings.unicode_split(tf.strings.join(["<", tokens, ">"]), "UTF-8",
                                          errors="replace")
-        grams = tf.strings.ngrams(chars, list(self.widths), separator="")
-        hashed = tf.strings.to_hash_bucket_fast(grams, self.buckets) + 1  # 0: none
-        hashed = tf.cast(hashed[:, : self.per_word].to_tensor(0, shape=[None, self.per_word]),
-                         tf.int32)
-        packed = tf.concat([tf.expand_dims(ids.flat_values, 1), hashed], axis=1)
+        grams = tf.strings.ngrams(chars, list(self.widths), separator="")  # (N, None)
+        hashed = tf.strings.to_hash_bucket_fast(grams, self.char_ngram_buckets) + 1  # 0: none
+        width = self.char_ngrams_per_word
+        hashed = hashed[:, :width].to_tensor(0, shape=[None, width])  # (N, G)
+        packed = tf.concat([ids.flat_values[:, None], tf.cast(hashed, tf.int32)], axis=1)
         return tf.RaggedTensor.from_row_splits(packed, ids.row_splits)
 
     def detokenize(self, ids):
+        """The base tokenizer's, of the token ids (`ids[..., 0]` of a packed input)."""
         return self.base.detokenize(ids)
+
+    def save(self, directory):
+        """The base's files, with these settings in `tokenizer.json` (`load_tokenizer`)."""
+        self.base.save(directory)
+        config = _tokenizer_json(directory)
+        config["char_ngrams"] = {
+            "char_ngram_buckets": self.char_ngram_buckets,
+            "char_ngrams_per_word": self.char_ngrams_per_word,
+            "widths": list(self.widths),
+        }
+        with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)

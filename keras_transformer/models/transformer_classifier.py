@@ -88,6 +88,14 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
     Two kinds of input, chosen by which size is given:
     - `vocabulary_size`: `token_ids` `(B, T)` int32, 0 is padding; the
       embeddings are scaled by sqrt(d_model) and summed with positions.
+      With `char_ngram_buckets` n > 0 each token also carries its spelling,
+      as fastText's word vectors (Bojanowski et al., 2017): `token_ids` is
+      `(B, T, 1 + G)`, the token's id and then G = `char_ngrams_per_word`
+      hashed ids of its character n-grams (1..n, 0 for none; built by
+      `training.tokenizers.CharNGramTokenizer`), and the mean of those
+      n-grams' vectors (scaled as the token's) is added to its embedding.
+      An unknown word then differs from another by its spelling, and a
+      rare one shares vectors with the seen words it is spelt like.
     - `num_features`: `features` `(B, T, F)` float32 (e.g. a UCR time series,
       F=1), projected to d_model by a dense layer and summed with positions.
       With `patch_length` p > 1, every p consecutive steps form one token
@@ -158,6 +166,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             with probability alpha / (alpha + c) while training; the counts
             are set by `set_word_counts` (until then nothing is replaced)
             and saved with the weights; 0: none.
+        char_ngram_buckets: hash buckets of the tokens' character n-grams
+            (token input only; above); 0: none.
+        char_ngrams_per_word: G, the n-gram ids each token carries.
 
     `num_layers=0` leaves the encoder out: the embeddings are pooled
     directly, a bag-of-words baseline to compare attention with; with
@@ -237,6 +248,18 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
                     f"`{name}` applies to token input (vocabulary_size) only; received "
                     f"{name}={value!r} with num_features={num_features!r}."
                 )
+        if (isinstance(char_ngram_buckets, bool) or not isinstance(char_ngram_buckets, int)
+                or char_ngram_buckets < 0):
+            raise ValueError(
+                "`char_ngram_buckets` must be an integer >= 0 (0: none); received "
+                f"char_ngram_buckets={char_ngram_buckets!r}."
+            )
+        check_positive_int("char_ngrams_per_word", char_ngrams_per_word)
+        if vocabulary_size is None and char_ngram_buckets:
+            raise ValueError(
+                "`char_ngram_buckets` applies to token input (vocabulary_size) only; received "
+                f"char_ngram_buckets={char_ngram_buckets!r} with num_features={num_features!r}."
+            )
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)

@@ -28,7 +28,7 @@ Who calls what:
 import json
 import os
 
-from training.tokenizers import WordPieceTokenizer
+from training.tokenizers import load_tokenizer
 
 #: TrainingConfig fields that only some tasks use, with their unset value.
 TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
@@ -115,7 +115,7 @@ class Task:
         """Reads what `prepare` wrote: `vocab/` and `labels.json`, when present."""
         vocab_dir = os.path.join(run_dir, "vocab")
         if os.path.isdir(vocab_dir):
-            self.tokenizer = WordPieceTokenizer.load(vocab_dir)
+            self.tokenizer = load_tokenizer(vocab_dir)
         labels = os.path.join(run_dir, "labels.json")
         if os.path.isfile(labels):
             with open(labels, encoding="utf-8") as f:

@@ -9,9 +9,11 @@ import tensorflow as tf
 from keras_transformer.models import get_preset
 from keras_transformer.models.transformer_config import PAD_ID
 from training.tokenizers import (
+    CharNGramTokenizer,
     WordPieceTokenizer,
     learn_word_vocabulary,
     learn_wordpiece_vocabulary,
+    load_tokenizer,
 )
 
 
@@ -26,7 +28,7 @@ def learn_or_load_tokenizer(config, run_dir, texts, write=True):
     word pieces, or whole words where `config.min_word_count` is set."""
     vocab_dir = os.path.join(run_dir, "vocab")
     if os.path.isfile(os.path.join(vocab_dir, "vocab.txt")):
-        return WordPieceTokenizer.load(vocab_dir)
+        return load_tokenizer(vocab_dir)
     if config.min_word_count:  # whole words, the rare ones [UNK] (text classification)
         vocabulary = learn_word_vocabulary(
             texts, config.vocabulary_size, lower_case=config.lower_case,
@@ -37,6 +39,8 @@ def learn_or_load_tokenizer(config, run_dir, texts, write=True):
             texts, config.vocabulary_size, lower_case=config.lower_case
         )
     tokenizer = WordPieceTokenizer(vocabulary, lower_case=config.lower_case)
+    if getattr(config, "char_ngram_buckets", 0):  # each token also carries its spelling
+        tokenizer = CharNGramTokenizer(tokenizer, config.char_ngram_buckets)
     if write:
         tokenizer.save(vocab_dir)
     return tokenizer

@@ -4,13 +4,12 @@ import time
 
 import numpy as np
 
-from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
+from keras_transformer.models.transformer_config import PAD_ID
 from training import pipeline, text_files
 from training.data import TaskData, require_file, resolve_data_dir
 from training.recipes_series import ENSEMBLE_SIZE
 from training.tasks import classifiers
 from training.tasks.base import Task
-from training.tokenizers import CharNGramTokenizer
 from training.tasks.common import (
     learn_or_load_tokenizer,
     text_input,
@@ -154,8 +153,6 @@ class TextClassification(Task):
     def prepare(self, config, data, run_dir, write=True):
         super().prepare(config, data, run_dir, write)
         self.tokenizer = learn_or_load_tokenizer(config, run_dir, list(data.train[0]), write)
-        if config.char_ngram_buckets:
-            self.tokenizer = CharNGramTokenizer(self.tokenizer, config.char_ngram_buckets)
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
         weights = None
@@ -183,8 +180,7 @@ class TextClassification(Task):
             config, data, vocabulary_size=self.tokenizer.vocabulary_size,
             mixup_alpha=config.mixup_alpha, token_dropout=config.token_dropout,
             rare_word_dropout=config.rare_word_dropout, head_norm=config.head_norm,
-            **({"char_ngram_buckets": config.char_ngram_buckets}
-               if config.char_ngram_buckets else {}),
+            char_ngram_buckets=config.char_ngram_buckets,
         )
         if config.rare_word_dropout:
             counts = self.word_counts(config, data.train[0])
@@ -199,8 +195,9 @@ class TextClassification(Task):
         Cross-fitted, `texts` is the whole pool and every member gets the same
         counts, its own held-out tenth included (a word found only there is
         counted though that member never trains on it)."""
-        ids = token_ids(self.tokenizer, texts, config.max_sequence_length)
-        counts = np.bincount(np.asarray(ids).ravel(), minlength=self.tokenizer.vocabulary_size)
+        ids = np.asarray(token_ids(self.tokenizer, texts, config.max_sequence_length))
+        ids = ids if ids.ndim == 2 else ids[..., 0]  # packed: the word ids
+        counts = np.bincount(ids.ravel(), minlength=self.tokenizer.vocabulary_size)
         counts[PAD_ID] = 0
         return counts
 
@@ -287,9 +284,11 @@ class TextClassification(Task):
         """Probabilities and labels; a sentence without tokens reads as one `[UNK]`,
         as served (`export.serving.fill_empty_rows`)."""
         self.check_beam_size(beam_size)
+        # Imported on use: export imports the tasks.
+        from export.serving import fill_empty_rows_numpy
+
         ids = token_ids(self.tokenizer, examples, int(model.max_sequence_length))
-        ids[(ids == PAD_ID).all(axis=1), 0] = UNK_ID
-        return classifiers.outputs(model, ids, self.label_names)
+        return classifiers.outputs(model, fill_empty_rows_numpy(ids), self.label_names)
 
     def format_outputs(self, outputs):
         return classifiers.format_outputs(outputs)
