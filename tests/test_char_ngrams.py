@@ -13,7 +13,7 @@ from export.serving import fill_empty_rows_numpy, replace_invalid_ids
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
-from training.config import load_config
+from training.config import TrainingConfig, load_config
 from training.run_dir import load_run
 from training.tasks import get_task
 from training.tasks.common import token_ids
@@ -206,3 +206,10 @@ def test_a_run_with_char_ngrams_learns_from_spelling_reloads_exports_and_serves_
     tflite = export_tflite(run.model, tmp_path / "m.tflite", run.task)
     report = verify_tflite(tflite, run.model, probes, tokenizer=run.tokenizer)
     assert report["ok"] and report["label_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, True])
+def test_a_bad_char_ngram_buckets_setting_is_named_before_any_work(value):
+    config = TrainingConfig(task="classification", dataset="sst2", char_ngram_buckets=value)
+    with pytest.raises(ValueError, match=f"char_ngram_buckets={value!r}"):
+        config.validate()

@@ -205,8 +205,11 @@ class TrainingConfig:
     # the head (TransformerClassifier `head_norm`): without it most of the
     # head's ReLUs died on MR, all of them with dropout 0.5.
     head_norm: bool = False
-    # Text classification (prototype): hashed character 3-5-grams of every
-    # word added to its embedding (fastText); the number of hash buckets, 0: none.
+    # Text classification: each word also carries its spelling, the hashed
+    # ids of its character 3-5-grams, whose mean vector is added to its
+    # embedding (`CharNGramTokenizer`, TransformerClassifier
+    # `char_ngram_buckets`; fastText's sub-word vectors); the number of hash
+    # buckets, 0: none.  The text presets use 16,384 (session 28).
     char_ngram_buckets: int = 0
 
     def to_dict(self):
@@ -283,7 +286,7 @@ class TrainingConfig:
                 "`ngram_widths` must be a list of positive integers; received "
                 f"ngram_widths={self.ngram_widths!r}."
             )
-        for name in ("min_word_count", "rare_word_pieces"):
+        for name in ("min_word_count", "rare_word_pieces", "char_ngram_buckets"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(

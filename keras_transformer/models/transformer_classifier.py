@@ -405,24 +405,35 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.ngram_widths = ngram_widths
         self.pooling_mode = pooling
 
+    def token_features(self, token_ids):
+        """Token input -> `(x, mask)`: the tokens' embeddings with their
+        positions (and, with `char_ngram_buckets`, the mean vector of their
+        n-grams) `(B, T, d)`, and `(B, T)` True at real tokens.  The first
+        layers of the model (word dropouts act while training only).
+
+        `token_ids`: `(B, T)`, or packed `(B, T, 1 + G)` with `char_ngram_buckets`.
+        """
+        grams = None
+        if self.char_ngram_buckets:
+            grams, token_ids = token_ids[..., 1:], token_ids[..., 0]  # (B, T, G), (B, T)
+        mask = padding_mask(token_ids)
+        if self.token_dropout_layer is not None:
+            token_ids = self.token_dropout_layer(token_ids)  # training only
+        if self.rare_word_dropout_layer is not None:
+            token_ids = self.rare_word_dropout_layer(token_ids)  # training only
+        x = self.embedding(token_ids)
+        if grams is not None:
+            vectors = self.char_ngram_embedding(grams)  # (B, T, G, d)
+            present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
+            count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
+            mean = ops.sum(vectors * present, axis=2) / count  # 0 for a word without n-grams
+            x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)  # scaled as the tokens
+        return x, mask
+
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
         if self.vocabulary_size is not None:
-            grams = None
-            if self.char_ngram_buckets:
-                grams, inputs = inputs[..., 1:], inputs[..., 0]  # (B, T, G), (B, T)
-            mask = padding_mask(inputs)
-            if self.token_dropout_layer is not None:
-                inputs = self.token_dropout_layer(inputs)  # training only
-            if self.rare_word_dropout_layer is not None:
-                inputs = self.rare_word_dropout_layer(inputs)  # training only
-            x = self.embedding(inputs)
-            if grams is not None:
-                vectors = self.char_ngram_embedding(grams)  # (B, T, G, d)
-                present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
-                count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
-                mean = ops.sum(vectors * present, axis=2) / count
-                x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)
+            x, mask = self.token_features(inputs)
         else:
             mask = None
             x = inputs
