@@ -18,7 +18,9 @@
 # run_dir)`, with the `sst2` preset: the vocabulary is learned from the
 # training split (whole words seen at least twice, `min_word_count=2`;
 # every other word is one `[UNK]`, whose embedding so learns from the
-# training text's rare words), batches are padded with id 0, and the paper's Adam
+# training text's rare words; every word also carries the hashed ids of its
+# character 3-5-grams, whose mean vector joins its embedding, so an unknown
+# word keeps its spelling), batches are padded with id 0, and the paper's Adam
 # settings (Section 5.3) train it, with a small AdamW weight decay and the
 # recipe's learning-rate schedule: a warm-up, then a linear decay to zero
 # at the last planned update (`schedule="auto"`, `training/recipe.py`).
@@ -52,7 +54,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.metrics import ConfusionMatrixDisplay, confusion_matrix
 
-from keras_transformer.layers import padding_mask
 from training import pipeline, text_files
 from training.config import load_config
 from training.run_dir import load_run
@@ -174,10 +175,11 @@ print({k: metrics["plan"][k] for k in ("peak_learning_rate", "warmup_steps", "to
 run = load_run(RUN)
 model, tokenizer = run.model, run.tokenizer
 print(f"vocabulary: {tokenizer.vocabulary_size} words; parameters: {model.count_params():,}")
-print(
-    "tokens of a sentence:",
-    [tokenizer.vocabulary[i] for i in tokenizer.tokenize(["an unforgettable film"])[0].numpy()],
-)
+# Each token is its vocabulary id followed by the hashed ids of its
+# character 3-5-grams (`char_ngram_buckets`): an unknown word keeps its spelling.
+packed = tokenizer.tokenize(["an unforgettable film"])[0].numpy()  # (T, 1 + G)
+print("tokens of a sentence:", [tokenizer.vocabulary[i] for i in packed[:, 0]],
+      f"each with up to {packed.shape[1] - 1} n-gram ids")
 
 # %% [markdown]
 # ## Accuracy and confusion matrix on the test split
@@ -244,9 +246,10 @@ print(
 #
 # The classifier's encoder blocks return their attention weights on request
 # (`return_attention_scores=True`). We run the model's own layers over one
-# sentence, block by block, exactly as the model does (embedding scaled by
-# $\sqrt{d_{model}}$ plus sinusoids, the n-gram convolutions, then each
-# block with the padding mask), and check that the last block's output
+# sentence, block by block, exactly as the model does (`token_features`:
+# the embedding scaled by $\sqrt{d_{model}}$ plus sinusoids plus the mean
+# vector of the word's character n-grams; then the n-gram convolutions, then
+# each block with the padding mask), and check that the last block's output
 # matches the model's.
 
 # %%
@@ -256,14 +259,14 @@ sentence = (
     if USE_SST2
     else "the plot is not very boring from start to finish ."
 )
-ids = attention_tokenizer.tokenize([sentence]).to_tensor(0).numpy()  # (1, T)
-pieces = [attention_tokenizer.vocabulary[i] for i in ids[0]]
-x = attention_model.embedding(ids)  # (1, T, d_model)
+ids = attention_tokenizer.tokenize([sentence]).to_tensor(0).numpy()  # (1, T, 1 + G)
+pieces = [attention_tokenizer.vocabulary[i] for i in ids[0, :, 0]]
+x, mask = attention_model.token_features(ids)  # (1, T, d_model), (1, T)
 if attention_model.ngram_convolution is not None:
-    x = attention_model.ngram_convolution(x, mask=padding_mask(ids))
+    x = attention_model.ngram_convolution(x, mask=mask)
 attention = []
 for block in attention_model.encoder_blocks:
-    x, w = block(x, mask=padding_mask(ids), return_attention_scores=True)
+    x, w = block(x, mask=mask, return_attention_scores=True)
     attention.append(np.asarray(w)[0])  # (h, T, T)
 last_block = attention_model.encoder_blocks[-1].name
 reference = keras.Model(attention_model.input, attention_model.get_layer(last_block).output)(ids)
