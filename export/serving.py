@@ -17,6 +17,7 @@ from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
 from training.detokenize import detokenize_ids
+from training.tasks.common import word_ids
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
@@ -92,8 +93,8 @@ def fill_empty_rows(ids):
 def fill_empty_rows_numpy(ids):
     """`fill_empty_rows` of a numpy `(B, S)` or packed `(B, S, 1 + G)` array, as a copy."""
     ids = np.array(ids)
-    words = ids if ids.ndim == 2 else ids[..., 0]
-    words[(words == PAD_ID).all(axis=1), 0] = UNK_ID  # a view: writes into `ids`
+    words = word_ids(ids)  # a view: writes into `ids`
+    words[(words == PAD_ID).all(axis=1), 0] = UNK_ID
     return ids
 
 

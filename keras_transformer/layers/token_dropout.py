@@ -4,7 +4,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.layers.validation import check_positive_int, check_rate
+from keras_transformer.layers.validation import (
+    check_non_negative_int,
+    check_positive_int,
+    check_rate,
+)
 
 
 class _TokenReplacement(keras.layers.Layer):
@@ -14,11 +18,8 @@ class _TokenReplacement(keras.layers.Layer):
 
     def __init__(self, replacement_id=1, pad_id=0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        for name, value in (("replacement_id", replacement_id), ("pad_id", pad_id)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"`{name}` must be a non-negative integer; received {name}={value!r}."
-                )
+        check_non_negative_int("replacement_id", replacement_id)
+        check_non_negative_int("pad_id", pad_id)
         if replacement_id == pad_id:
             raise ValueError(
                 "`replacement_id` must differ from `pad_id` (a replaced token would "

@@ -13,6 +13,13 @@ def check_positive_int(name, value, allow_none=False):
     return int(value)
 
 
+def check_non_negative_int(name, value):
+    """A Python int >= 0 (bools refused), e.g. a count where 0 means none."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer; received {name}={value!r}.")
+    return value
+
+
 def check_rate(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
         raise ValueError(f"`{name}` must be a float in [0, 1); received {name}={value!r}.")

@@ -94,7 +94,8 @@ class ClassifierEnsemble(keras.Model):
                 "`members` must be distinct models (the same object twice would train "
                 "once, under two names); received the same member more than once."
             )
-        shared = ("num_classes", "vocabulary_size", "num_features", "max_sequence_length")
+        shared = ("num_classes", "vocabulary_size", "num_features", "max_sequence_length",
+                  "char_ngram_buckets", "char_ngrams_per_word")  # the same input tensor
         for member in members:
             for name in shared:
                 if not hasattr(member, name):
@@ -107,13 +108,6 @@ class ClassifierEnsemble(keras.Model):
                         f"`members` must share `{name}`; received {name}="
                         f"{getattr(members[0], name)!r} and {getattr(member, name)!r}."
                     )
-        for name in ("char_ngram_buckets", "char_ngrams_per_word"):  # token input only
-            values = {getattr(m, name, None) for m in members}
-            if len(values) > 1:
-                raise ValueError(
-                    f"`members` must share `{name}` (their inputs are the same "
-                    f"tensor); received {name} values {sorted(values, key=repr)}."
-                )
         alphas = {float(getattr(m, "mixup_alpha", 0.0)) for m in members}
         if len(alphas) > 1:
             raise ValueError(
@@ -127,8 +121,8 @@ class ClassifierEnsemble(keras.Model):
         self.vocabulary_size = members[0].vocabulary_size
         self.num_features = members[0].num_features
         self.max_sequence_length = members[0].max_sequence_length
-        self.char_ngram_buckets = getattr(members[0], "char_ngram_buckets", 0)
-        self.char_ngrams_per_word = getattr(members[0], "char_ngrams_per_word", None)
+        self.char_ngram_buckets = members[0].char_ngram_buckets
+        self.char_ngrams_per_word = members[0].char_ngrams_per_word
         # No weights of its own, and the members (functional models) are
         # built when made: saving and loading need no first call.
         self.built = True

@@ -22,6 +22,7 @@ from keras_transformer.layers.validation import (
     check_choice,
     check_divisible,
     check_non_negative,
+    check_non_negative_int,
     check_positive_int,
     check_rate,
     check_token_ids,
@@ -225,10 +226,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_positive_int("num_classes", num_classes)
         check_positive_int("vocabulary_size", vocabulary_size, allow_none=True)
         check_positive_int("num_features", num_features, allow_none=True)
-        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 0:
-            raise ValueError(
-                f"`num_layers` must be a non-negative integer; received num_layers={num_layers!r}."
-            )
+        check_non_negative_int("num_layers", num_layers)
         for name, value in (("hidden_dim", hidden_dim),
                             ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
                             ("max_sequence_length", max_sequence_length)):
@@ -248,12 +246,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
                     f"`{name}` applies to token input (vocabulary_size) only; received "
                     f"{name}={value!r} with num_features={num_features!r}."
                 )
-        if (isinstance(char_ngram_buckets, bool) or not isinstance(char_ngram_buckets, int)
-                or char_ngram_buckets < 0):
-            raise ValueError(
-                "`char_ngram_buckets` must be an integer >= 0 (0: none); received "
-                f"char_ngram_buckets={char_ngram_buckets!r}."
-            )
+        check_non_negative_int("char_ngram_buckets", char_ngram_buckets)  # 0: none
         check_positive_int("char_ngrams_per_word", char_ngrams_per_word)
         if vocabulary_size is None and char_ngram_buckets:
             raise ValueError(

@@ -67,6 +67,12 @@ def token_ids(tokenizer, sentences, max_sequence_length):
     return np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))] + [(0, 0)] * (ids.ndim - 2))
 
 
+def word_ids(ids):
+    """The token ids of a numpy `(N, S)` array, or the token column (a view)
+    of `CharNGramTokenizer`'s packed `(N, S, 1 + G)` ids."""
+    return ids if ids.ndim == 2 else ids[..., 0]
+
+
 def text_input(example):
     """One sentence: a `str` as given, `bytes` decoded as UTF-8."""
     if isinstance(example, bytes):

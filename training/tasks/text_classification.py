@@ -15,6 +15,7 @@ from training.tasks.common import (
     text_input,
     text_probes,
     token_ids,
+    word_ids,
 )
 
 #: Without a validation file every HOLD_OUT_EVERY-th training sentence
@@ -167,8 +168,7 @@ class TextClassification(Task):
         return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
 
     def batch_tokens(self, config, inputs, labels):
-        ids = inputs.numpy()
-        return int(np.count_nonzero(ids if ids.ndim == 2 else ids[..., 0]))  # non-padding ids
+        return int(np.count_nonzero(word_ids(inputs.numpy())))  # non-padding ids
 
     # --- model, selection, evaluation ------------------------------------------
 
@@ -195,8 +195,7 @@ class TextClassification(Task):
         Cross-fitted, `texts` is the whole pool and every member gets the same
         counts, its own held-out tenth included (a word found only there is
         counted though that member never trains on it)."""
-        ids = np.asarray(token_ids(self.tokenizer, texts, config.max_sequence_length))
-        ids = ids if ids.ndim == 2 else ids[..., 0]  # packed: the word ids
+        ids = word_ids(token_ids(self.tokenizer, texts, config.max_sequence_length))
         counts = np.bincount(ids.ravel(), minlength=self.tokenizer.vocabulary_size)
         counts[PAD_ID] = 0
         return counts
