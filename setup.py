@@ -27,13 +27,13 @@ setup(
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
-        # Learns word-piece vocabularies (training/tokenizers.py); the graph
+        # Learns word-piece vocabularies (training/text/tokenizers.py); the graph
         # tokenizer and exported SavedModels use tensorflow-text only.
         "tokenizers>=0.20,<1",
         "keras>=3.10,<4",
         "tensorboard>=2.21,<2.22",
         "sacrebleu>=2.4,<3",
-        # TensorBoard's attention heatmaps (training/attention_plot.py).
+        # TensorBoard's attention heatmaps (training/monitor/attention_plot.py).
         "matplotlib>=3.8",
         "ai-edge-litert>=2.0,<3",
         "numpy>=1.26",
@@ -54,7 +54,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "keras-transformer-train=training.cli:main",
+            "keras-transformer-train=training.cli.commands:main",
             "keras-transformer-export=export.cli:main",
         ]
     },

@@ -75,7 +75,7 @@ def ucr_paths(data_dir, name):
 
 def ucr_nearest_neighbour_accuracy(data_dir, name):
     """1-NN Euclidean test accuracy of the UCR set `name` read from `data_dir`."""
-    from training.text_files import read_ucr
+    from training.data.readers import read_ucr
 
     (train_x, train_ids, train_values), (test_x, test_ids, test_values) = (
         read_ucr(path) for path in ucr_paths(data_dir, name))

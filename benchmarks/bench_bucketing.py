@@ -5,7 +5,7 @@ WordPiece vocabulary (learned once on de+en, cached), the same model
 (N=2, d_model=128, h=4, d_ff=512, dropout 0.1, Adam, masked cross-entropy;
 two copies with identical initial weights, no XLA) and the same
 `tokens_per_batch=4096`, with the two batchings of
-`training.pipeline.make_translation_dataset`:
+`training.pipeline.datasets.make_translation_dataset`:
 
     bucketed   the default: batches of similar length, each holding at most
                4096 positions (section 5.1 of the paper).
@@ -28,7 +28,7 @@ CPU; batches are shuffled across buckets, and the sample includes the
 partial batches at the end); `--every 1` trains on the whole epoch.
 
 Data: /work/shared/data/multi30k/train.{de,en}.gz via
-`training.text_files.read_parallel`; the script exits with a message if
+`training.data.readers.read_parallel`; the script exits with a message if
 they are absent.  The vocabulary is learned on the first run (seconds)
 on the whole training set and cached under /tmp/keras_transformer_bench/.
 
@@ -64,7 +64,7 @@ def tokenizer_for(pairs, vocabulary_size=8000):
     Learned on all of `pairs` (every mode passes the full training set, as a
     real run would), once; `lower_case=False` as training/configs/multi30k.json.
     """
-    from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+    from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
     directory = os.path.join(CACHE, f"multi30k_wordpiece_{vocabulary_size}_train")
     if os.path.isfile(os.path.join(directory, "vocab.txt")):
@@ -80,7 +80,7 @@ def tokenizer_for(pairs, vocabulary_size=8000):
 
 def epoch_batches(pairs, tokenizer, pad_to_length):
     """One shuffled epoch as a list of `(features, labels)` tensors."""
-    from training.pipeline import make_translation_dataset
+    from training.pipeline.datasets import make_translation_dataset
 
     dataset = make_translation_dataset(
         pairs[0], pairs[1], tokenizer, tokenizer, MAX_SEQUENCE_LENGTH,
@@ -93,7 +93,7 @@ def epoch_batches(pairs, tokenizer, pad_to_length):
 
 def compiled_model(vocabulary_size, sizes):
     from keras_transformer.models import Transformer
-    from training.losses import MaskedSparseCategoricalCrossentropy
+    from training.recipe.losses import MaskedSparseCategoricalCrossentropy
 
     keras.utils.set_random_seed(0)
     model = Transformer(vocabulary_size=vocabulary_size, **sizes)
@@ -126,8 +126,8 @@ def main():
         print(f"SKIPPED: Multi30k not found ({paths[0]}, {paths[1]}); "
               "put train.de.gz and train.en.gz there to run this benchmark.")
         return 0
-    from training.pipeline import padding_fraction
-    from training.text_files import read_parallel
+    from training.data.readers import read_parallel
+    from training.pipeline.datasets import padding_fraction
 
     source, target = read_parallel(*paths)
     tokenizer = tokenizer_for((source, target))

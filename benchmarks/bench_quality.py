@@ -18,7 +18,7 @@ training, for each budget N of `--budgets` (default 10 and 30).
            Its vocabularies are learned once, before any timing, and cached in
            benchmarks/.cache/; the seconds they took are reported apart.
 
-Both are scored with training.evaluation.corpus_bleu (cased sacreBLEU, 13a).
+Both are scored with training.monitor.evaluation.corpus_bleu (cased sacreBLEU, 13a).
 Reported per direction, budget and side: greedy BLEU, beam BLEU (ours),
 lowercased tokenized BLEU where present, the wall clock of the whole command,
 the training seconds, and ours/peer greedy BLEU.  The two sides alternate
@@ -123,7 +123,7 @@ def supports_time_budget():
 
 def quick_translation_files(work, source_language, target_language):
     """Slices of Multi30k for the quick run; the `--set` overrides naming them."""
-    from training.text_files import read_parallel
+    from training.data.readers import read_parallel
 
     folder = os.path.join(work, f"quick_{source_language}-{target_language}")
     os.makedirs(folder, exist_ok=True)

@@ -25,7 +25,7 @@ import os
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
 from baselines import INCEPTION_TIME_UCR128, nearest_neighbour_accuracy
 
-from training.text_files import read_ucr
+from training.data.readers import read_ucr
 
 SHARED = os.path.join(common.REPO_ROOT, "..", "shared", "data", "ucr")
 DEFAULT_OUT = os.path.join(common.RESULTS_DIR, "series_recipe.jsonl")

@@ -13,7 +13,7 @@ lengths are printed, and equal lengths mean equal work):
     saved_model   the same module written by `export.saved_model.
                   export_saved_model` and reloaded with `tf.saved_model.load`
                   (its `serving_default` signature), in this process.
-    joining       `training.detokenize.detokenize_punctuation_graph` alone
+    joining       `training.text.detokenize.detokenize_punctuation_graph` alone
                   (a `tf.function`) on the batch's translations: the part of
                   each call that attaches punctuation, printed as a share of
                   `in_process`.
@@ -47,7 +47,7 @@ SOURCE_PIECES = 20
 
 def synthetic_tokenizer(size=8000):
     """A WordPiece tokenizer whose words `w0 .. wN` are single pieces."""
-    from training.tokenizers import RESERVED_TOKENS, WordPieceTokenizer
+    from training.text.tokenizers import RESERVED_TOKENS, WordPieceTokenizer
 
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     vocabulary = list(RESERVED_TOKENS) + letters + ["##" + c for c in letters]
@@ -94,7 +94,7 @@ def main():
     def words(texts):
         return float(np.mean([len(t.split()) for t in texts.numpy()]))
 
-    from training.detokenize import detokenize_punctuation_graph
+    from training.text.detokenize import detokenize_punctuation_graph
 
     join = tf.function(detokenize_punctuation_graph)
 

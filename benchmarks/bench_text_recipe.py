@@ -36,7 +36,7 @@ import tempfile
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
 from baselines import KIM_2014_CNN_RAND
 
-from training.text_files import read_lines
+from training.data.readers import read_lines
 
 FOLDER = os.path.join(common.REPO_ROOT, "..", "shared", "data", "sentence-classification")
 DEFAULT_OUT = os.path.join(common.RESULTS_DIR, "text_recipe.jsonl")

@@ -1,6 +1,6 @@
 """Seconds to learn the Multi30k word-piece vocabulary (target: <= 10 s).
 
-What is timed: `training.tokenizers.learn_wordpiece_vocabulary` on the
+What is timed: `training.text.tokenizers.learn_wordpiece_vocabulary` on the
 29,000 German and 29,000 English training sentences together, as the
 multi30k preset learns them (training/configs/multi30k.json: one joint
 vocabulary of 8,000 pieces, `lower_case=false`), from a list of strings to
@@ -11,7 +11,7 @@ include the trainer's threads; on a machine shared with other jobs the wall
 time also holds the time spent waiting for a core).
 
 `--old N` also times the learner this one replaced, tensorflow-text's
-`bert_vocab_from_dataset` (as training/tokenizers.py called it before), and
+`bert_vocab_from_dataset` (as training/text/tokenizers.py called it before), and
 the new learner, on the first N sentences of each language, for a
 like-for-like ratio: the old learner took 78 s (English) + 349 s (German)
 on the whole corpus, so it is not run on all of it.
@@ -43,7 +43,7 @@ def learn_old(texts, vocabulary_size, lower_case):
     import tensorflow as tf
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
 
-    from training.tokenizers import RESERVED_TOKENS, normalize_text
+    from training.text.tokenizers import RESERVED_TOKENS, normalize_text
 
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string))
     dataset = dataset.batch(1024).map(lambda s: normalize_text(s, lower_case))
@@ -84,8 +84,8 @@ def main():
     paths = [os.path.join(DATA, f"train.{lang}.gz") for lang in ("de", "en")]
     if not all(os.path.isfile(p) for p in paths):
         sys.exit(f"Multi30k training files not found under {DATA}")
-    from training.text_files import read_lines
-    from training.tokenizers import learn_wordpiece_vocabulary
+    from training.data.readers import read_lines
+    from training.text.tokenizers import learn_wordpiece_vocabulary
 
     info = common.machine_info()
     common.print_machine(info)

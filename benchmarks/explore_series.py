@@ -1,7 +1,7 @@
 """What makes the patched TransformerClassifier learn from a few dozen series.
 
 Not a benchmark with a target: the experiments behind the time-series recipe
-(`training/recipes_series.py`, and the notes it cites).  One *recipe* is a
+(`training/recipe/series.py`, and the notes it cites).  One *recipe* is a
 dict of fields (model size, patches, optimisation, augmentation); this script
 trains `keras_transformer.models.TransformerClassifier` on one or more UCR
 file pairs with plain `model.fit` and prints, per dataset, the accuracy over
@@ -23,7 +23,7 @@ Usage (from the repository root):
     python3 benchmarks/explore_series.py --mode test --seeds 0 1 2 \\
         --datasets ArrowHead OSULeaf ACSF1
 
-Without `--set`, the recipe is `training.recipes_series.series_recipe` for
+Without `--set`, the recipe is `training.recipe.series.series_recipe` for
 each file's (N, T, K, F); `--set key=value` (JSON value) overrides a field
 for every dataset.  `--baseline` starts from the old `timeseries.json`
 preset instead (d_model 32, patches of 8, 50 epochs of batch 32, rsqrt
@@ -44,11 +44,11 @@ import tensorflow as tf
 
 from keras_transformer.models import TransformerClassifier
 from training.config import load_config
-from training.recipes_series import series_recipe
-from training.schedule import WarmupLinearSchedule
-from training.series_augmentation import augment_series
+from training.data.readers import read_ucr
+from training.pipeline.series_augmentation import augment_series
+from training.recipe.schedule import WarmupLinearSchedule
+from training.recipe.series import series_recipe
 from training.tasks import get_task
-from training.text_files import read_ucr
 
 # A functional model of one named input warns when fed the {"features": x} dict.
 warnings.filterwarnings("ignore", message="The structure of `inputs`")
@@ -86,7 +86,7 @@ def load(name, seed, mode, val_fraction):
 
 
 def training_stream(x, y, num_classes, recipe, seed):
-    """Endless shuffled batches, transformed by `training.series_augmentation`."""
+    """Endless shuffled batches, transformed by `training.pipeline.series_augmentation`."""
     dataset = tf.data.Dataset.from_tensor_slices(({"features": x}, y))
     dataset = dataset.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
     dataset = dataset.batch(recipe["batch_size"], drop_remainder=True)
@@ -113,7 +113,7 @@ def build_model(recipe, num_classes, length):
 
 def learning_rate(recipe, updates):
     if recipe["schedule"] == "rsqrt":
-        from training.schedule import TransformerSchedule
+        from training.recipe.schedule import TransformerSchedule
 
         return TransformerSchedule(
             recipe["hidden_dim"], recipe["warmup_steps"], recipe["learning_rate_scale"]

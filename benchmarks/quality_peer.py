@@ -53,7 +53,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from training.text_files import read_lines, read_parallel
+from training.data.readers import read_lines, read_parallel
 
 DATA = os.path.join(os.path.dirname(common.REPO_ROOT), "shared", "data", "multi30k")
 if not os.path.isdir(DATA):
@@ -146,11 +146,11 @@ class WallClockBudget(keras.callbacks.Callback):
 def score(hypotheses, references):
     """The BLEU figures of the peer's translations, as metrics.json keys.
 
-    The one place to change when training.evaluation gains `bleu_scores`
+    The one place to change when training.monitor.evaluation gains `bleu_scores`
     (cased sacreBLEU plus lowercased tokenized BLEU): return its figures
     under the keys our runs write, and bench_quality.py prints them.
     """
-    from training.evaluation import corpus_bleu
+    from training.monitor.evaluation import corpus_bleu
 
     return {"test_bleu_greedy": corpus_bleu(hypotheses, references).score}
 

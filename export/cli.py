@@ -6,7 +6,7 @@ python -m export tflite --run-dir runs/toy --output exports/toy.tflite --quantiz
 python -m export verify --run-dir runs/toy --saved-model exports/toy/1 [--tflite exports/toy.tflite]
 ```
 
-Each subcommand loads the run (`training.run_dir.load_run`) and calls one
+Each subcommand loads the run (`training.runs.run_dir.load_run`) and calls one
 library function; `verify` prints its report as JSON and exits with 1 when
 the export disagrees with the Keras model.  A missing run, an existing
 output or a bad argument prints `error: <message>` and exits with 2;
@@ -17,11 +17,11 @@ import argparse
 import json
 
 from export import QUANTIZATIONS
-from training.cli_errors import add_debug_flag, run_reporting_errors
+from training.cli.errors import add_debug_flag, run_reporting_errors
 
 
 def _load_run(run_dir):
-    from training.run_dir import load_run  # Imported late: `--help` stays fast.
+    from training.runs.run_dir import load_run  # Imported late: `--help` stays fast.
 
     return load_run(run_dir)
 

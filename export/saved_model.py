@@ -10,7 +10,7 @@ assets/tokenizer.json          the tokenizer options (token inputs)
 assets/labels.txt              one class name a line (classifiers)
 ```
 
-`training.tokenizers.load_tokenizer(os.path.join(export_dir, "assets"))`
+`training.text.tokenizers.load_tokenizer(os.path.join(export_dir, "assets"))`
 rebuilds the tokenizer from the assets alone.
 """
 

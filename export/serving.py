@@ -16,8 +16,8 @@ import tensorflow as tf
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
-from training.detokenize import detokenize_ids
 from training.tasks.common import word_ids
+from training.text.detokenize import detokenize_ids
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
@@ -131,7 +131,7 @@ class TranslatorModule(tf.Module):
     longest (cut) source of the batch (Section 6.1, and the decoder has no
     positions beyond `max_sequence_length`). Detokenized text has its
     punctuation attached as a person writes it ("a man's t-shirt."), by the
-    rules BLEU scores with (`training.detokenize`).
+    rules BLEU scores with (`training.text.detokenize`).
 
     Args:
         model: A trained `keras_transformer.models.Transformer`.

@@ -28,7 +28,7 @@ runtime plus tensorflow-text's custom-op registrations in every app, and
 TFLite's string tensors cannot go through the GPU/NNAPI delegates anyway.
 Apps tokenize with the SavedModel's `assets/vocab.txt` and
 `assets/tokenizer.json` (BERT-style split, then WordPiece; text in NFC and
-lowercased without stripping accents, see `training.tokenizers`) and feed ids.
+lowercased without stripping accents, see `training.text.tokenizers`) and feed ids.
 
 Variables are frozen into constants before conversion: a while-loop body
 that reads resource variables converts, but the interpreter then fails on

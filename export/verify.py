@@ -216,7 +216,7 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
     """Checks a run's SavedModel (and `.tflite`) against its Keras model.
 
     Args:
-        run: A loaded run (`training.run_dir.load_run`): `.task`, `.model`,
+        run: A loaded run (`training.runs.run_dir.load_run`): `.task`, `.model`,
             `.tokenizer`, `.label_names`.
         saved_model_dir: Its SavedModel export.
         tflite_path: Its `.tflite` export, or None.

@@ -25,7 +25,7 @@ from keras_transformer.models import (
     Transformer,
     TransformerClassifier,
 )
-from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
 MAX_SEQUENCE_LENGTH = 24
 LABEL_NAMES = ("animals", "food", "weather")

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.models import Transformer
-from training.attention_plot import attention_figure, figure_to_png_array
-from training.monitor import AttentionImages, attention_example
-from training.tokenizers import RESERVED_TOKENS, WordPieceTokenizer
+from training.monitor.attention_plot import attention_figure, figure_to_png_array
+from training.monitor.tensorboard import AttentionImages, attention_example
+from training.text.tokenizers import RESERVED_TOKENS, WordPieceTokenizer
 
 SOURCE = ["ein", "mann", "mit", "##s", "$5", "."]
 TARGET = ["a", "man", "with", "$", "[END]"]

@@ -69,7 +69,7 @@ def test_text_folds_partition_the_file_and_keep_latin1_lines_whole(tmp_path):
     a line holding only a label keeps an empty text."""
     import bench_text_recipe
 
-    from training.text_files import read_classification
+    from training.data.readers import read_classification
 
     lines = [f"{i % 2} sentence number {i}" for i in range(23)]
     lines[5] = "1 caf\xe9 \x85 and more"

@@ -1,4 +1,4 @@
-"""Tests for training.callbacks."""
+"""Tests for training.monitor.callbacks."""
 
 import time
 
@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.callbacks import (
+from training.monitor.callbacks import (
     LearningRateLogger,
     StepScalars,
     WallClockTimer,
     current_learning_rate,
 )
-from training.schedule import TransformerSchedule, paper_optimizer
+from training.recipe.schedule import TransformerSchedule, paper_optimizer
 
 
 def tiny_fit(rng, callbacks, optimizer, epochs=2):

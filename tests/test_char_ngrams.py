@@ -14,10 +14,10 @@ from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.config import TrainingConfig, load_config
-from training.run_dir import load_run
+from training.runs.run_dir import load_run
 from training.tasks import get_task
 from training.tasks.common import token_ids
-from training.tokenizers import (
+from training.text.tokenizers import (
     RESERVED_TOKENS,
     UNK_ID,
     CharNGramTokenizer,

@@ -1,10 +1,10 @@
-"""Tests for training.checkpoint_average (paper Section 6.1)."""
+"""Tests for training.runs.checkpoint_average (paper Section 6.1)."""
 
 import keras
 import numpy as np
 import pytest
 
-from training.checkpoint_average import (
+from training.runs.checkpoint_average import (
     average_checkpoints,
     average_weights_files,
     find_checkpoints,
@@ -33,7 +33,7 @@ def run(tmp_path, rng):
     model = tiny_model()
     model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
     record = _RecordWeights()
-    # The run directory layout of training/run_dir.py.
+    # The run directory layout of training/runs/run_dir.py.
     checkpoint = keras.callbacks.ModelCheckpoint(
         str(tmp_path / "checkpoints" / "epoch-{epoch:03d}.weights.h5"),
         save_weights_only=True,

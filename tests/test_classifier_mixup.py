@@ -9,7 +9,7 @@ from keras_transformer.models.transformer_classifier import (
     classifier_loss,
     mixup_lambda,
 )
-from training.losses import SparseSmoothedCrossentropy
+from training.recipe.losses import SparseSmoothedCrossentropy
 
 
 def _text_model(num_classes=3, mixup_alpha=0.4, name=None, dropout=0.0):

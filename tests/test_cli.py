@@ -10,7 +10,7 @@ import pytest
 
 import export.cli
 from tests.conftest import REPO_ROOT
-from training import cli, config_help
+from training.cli import commands, config_help
 from training.config import CONFIG_DIR, TrainingConfig
 
 # The smallest toy run (as tests/test_training_run.py), for errors that come
@@ -25,7 +25,7 @@ def _train(tmp_path, *overrides, config="tiny", run="run"):
     return argv
 
 
-def _refused(capsys, argv, match, main=cli.main):
+def _refused(capsys, argv, match, main=commands.main):
     """Runs `main(argv)`; checks exit status 2 and one `error:` line naming `match`."""
     status = main(argv)
     err = capsys.readouterr().err
@@ -40,7 +40,7 @@ def _refused(capsys, argv, match, main=cli.main):
 
 def _help(capsys, argv):
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(argv)
+        commands.main(argv)
     assert exit_info.value.code == 0
     return capsys.readouterr().out
 
@@ -106,7 +106,7 @@ def test_field_docs_read_comments_groups_types_and_choices():
 
 
 def test_presets_prints_one_line_per_preset_file(capsys):
-    assert cli.main(["presets"]) == 0
+    assert commands.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     files = sorted(CONFIG_DIR.glob("*.json"))
     assert [line.split()[0] for line in lines] == [p.stem for p in files]
@@ -180,9 +180,9 @@ def test_evaluate_without_a_run_is_one_error_line(capsys, tmp_path):
 
 def test_debug_lets_the_exception_through(tmp_path):
     with pytest.raises(ValueError, match="epochs=0"):
-        cli.main(_train(tmp_path, "epochs=0") + ["--debug"])
+        commands.main(_train(tmp_path, "epochs=0") + ["--debug"])
     with pytest.raises(ValueError, match="epochs=0"):
-        cli.main(["--debug"] + _train(tmp_path, "epochs=0"))
+        commands.main(["--debug"] + _train(tmp_path, "epochs=0"))
 
 
 def test_export_errors_are_one_error_line(capsys, tmp_path):

@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
-from training import pipeline
 from training.config import TrainingConfig, load_config
+from training.pipeline import datasets
 from training.tasks import get_task
 from training.tasks.classifiers import LearnedNothingWarning, OutOfFold
 from training.tasks.common import token_ids
@@ -116,7 +116,7 @@ def test_the_pipeline_keeps_each_example_s_weights_through_shuffles():
     n = 23
     texts = [f"s{j}" for j in range(n)]
     weights = np.stack([np.arange(n) % 3 != i for i in range(3)], 1).astype("float32")
-    stream = pipeline.make_classification_dataset(
+    stream = datasets.make_classification_dataset(
         texts, np.arange(n) % 2, tokenizer=Tok(), batch_size=4, shuffle=True, repeat=True,
         sample_weight=weights, seed=3)
     seen = []
@@ -127,10 +127,10 @@ def test_the_pipeline_keeps_each_example_s_weights_through_shuffles():
         seen += list(j)
     assert set(seen) == set(range(n))
     with pytest.raises(ValueError, match=re.escape("received shape (22, 3)")):
-        pipeline.make_classification_dataset(texts, np.arange(n) % 2, tokenizer=Tok(),
+        datasets.make_classification_dataset(texts, np.arange(n) % 2, tokenizer=Tok(),
                                              sample_weight=weights[:-1])
     with pytest.raises(ValueError, match="token inputs only"):
-        pipeline.make_classification_dataset(np.zeros((n, 4)), np.arange(n) % 2,
+        datasets.make_classification_dataset(np.zeros((n, 4)), np.arange(n) % 2,
                                              sample_weight=weights)
 
 
@@ -462,8 +462,8 @@ def test_a_budgeted_cross_fitted_run_plans_no_validation_pass_per_epoch(tmp_path
     keeps time for that pass (the test file's).  The ensemble's pass is made
     to take 2 s here (and checkpoint saves none): the old plan counted that
     pass in every epoch."""
-    from training import budget
     from training import train as train_module
+    from training.recipe import budget
 
     evaluate, scores, planned = keras.Model.evaluate, OutOfFold.scores, []
 

@@ -1,4 +1,4 @@
-"""Tests for training/detokenize.py, training/moses_tokenize.py and BLEU."""
+"""Tests for training/text/detokenize.py, training/text/moses.py and BLEU."""
 
 import re
 import unicodedata
@@ -8,15 +8,15 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from training.detokenize import (
+from training.data.readers import read_lines
+from training.monitor.evaluation import bleu_scores, corpus_bleu
+from training.text.detokenize import (
     _classes,
     detokenize_punctuation,
     detokenize_punctuation_graph,
 )
-from training.evaluation import bleu_scores, corpus_bleu
-from training.moses_tokenize import moses_tokenize
-from training.text_files import read_lines
-from training.tokenizers import RESERVED_TOKENS, UNK_ID, WordPieceTokenizer
+from training.text.moses import moses_tokenize
+from training.text.tokenizers import RESERVED_TOKENS, UNK_ID, WordPieceTokenizer
 
 
 def _old_detokenize_punctuation(text):

@@ -14,7 +14,7 @@ from tests.conftest import REPO_ROOT
 
 DOCS = ("README.md", "benchmarks/results/HISTORY.md")
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-#: A repository path in backticks: `training/recipe.py`, `benchmarks/results/x.json`.
+#: A repository path in backticks: `training/recipe/adaptive.py`, `benchmarks/results/x.json`.
 REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests)/[\w./-]+)`")
 #: A results file named alone: `quality_translation_de-en_10_run12.json`.
 RESULT_NAME = re.compile(r"`((?:quality|text_recipe|series_recipe|training_throughput)[\w.-]*\.jsonl?)`")

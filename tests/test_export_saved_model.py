@@ -32,8 +32,8 @@ from export.saved_model_cli import input_exprs, parse_output, parse_printed_arra
 from export.verify import PROBES, compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import TransformerClassifier
-from training.detokenize import detokenize_punctuation
-from training.tokenizers import WordPieceTokenizer
+from training.text.detokenize import detokenize_punctuation
+from training.text.tokenizers import WordPieceTokenizer
 
 EXAMPLES = SENTENCES[:6] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
 
@@ -255,9 +255,9 @@ def test_cli_saved_model_uses_the_run_dir(
         task="timeseries", model=numeric_classifier, tokenizer=None, config={"seed": 1},
         label_names=["no", "yes"], run_dir=str(tmp_path / "run"),
     )  # fmt: skip
-    fake = types.ModuleType("training.run_dir")
+    fake = types.ModuleType("training.runs.run_dir")
     fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.run_dir", fake)
+    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
     output = str(tmp_path / "export")
     assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
     assert os.path.isfile(os.path.join(output, "saved_model.pb"))
@@ -273,9 +273,9 @@ def test_cli_verify_checks_saved_model_and_tflite(
         task="timeseries", model=numeric_classifier, tokenizer=None, config={},
         label_names=None, run_dir=str(tmp_path / "run"),
     )  # fmt: skip
-    fake = types.ModuleType("training.run_dir")
+    fake = types.ModuleType("training.runs.run_dir")
     fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.run_dir", fake)
+    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
     saved_model, tflite = str(tmp_path / "export"), str(tmp_path / "model.tflite")
     assert (
         cli.main(["saved-model", "--run-dir", run.run_dir, "--output", saved_model])

@@ -128,9 +128,9 @@ def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatc
         task="classification", model=classifier, tokenizer=tokenizer, config={},
         label_names=None, run_dir=str(tmp_path),
     )  # fmt: skip
-    fake = types.ModuleType("training.run_dir")
+    fake = types.ModuleType("training.runs.run_dir")
     fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.run_dir", fake)
+    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
     output = str(tmp_path / "c.tflite")
     argv = [
         "tflite",

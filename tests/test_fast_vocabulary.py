@@ -1,4 +1,4 @@
-"""Tests for the Hugging Face vocabulary learner of training/tokenizers.py.
+"""Tests for the Hugging Face vocabulary learner of training/text/tokenizers.py.
 
 The learner must see the words that the graph tokenizer (FastBertTokenizer
 over `normalize_text`) will see, so the main test is "path A equals path B":
@@ -12,8 +12,8 @@ import re
 import pytest
 import tensorflow as tf
 
-from training.text_files import read_lines
-from training.tokenizers import (
+from training.data.readers import read_lines
+from training.text.tokenizers import (
     RESERVED_TOKENS,
     UNK_ID,
     WordPieceTokenizer,

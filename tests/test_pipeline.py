@@ -1,4 +1,4 @@
-"""Tests for training/pipeline.py: layout, shift, truncation, bucketing, padding."""
+"""Tests for training/pipeline/datasets.py: layout, shift, truncation, bucketing, padding."""
 
 import warnings
 
@@ -8,20 +8,20 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.models import Transformer
-from training.pipeline import (
+from training.data.toy import generate_pairs
+from training.pipeline.datasets import (
     TruncationWarning,
     bucket_boundaries,
     make_classification_dataset,
     make_translation_dataset,
     padding_fraction,
 )
-from training.tokenizers import (
+from training.text.tokenizers import (
     END_ID,
     START_ID,
     WordPieceTokenizer,
     learn_wordpiece_vocabulary,
 )
-from training.toy_data import generate_pairs
 
 MAX_LENGTH = 24
 TOKENS_PER_BATCH = 192

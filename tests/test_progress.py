@@ -1,4 +1,4 @@
-"""training.progress.RunProgress: a line per epoch (or a bar) with the run's time left."""
+"""training.monitor.progress.RunProgress: a line per epoch (or a bar) with the run's time left."""
 
 import io
 
@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from training.progress import RunProgress, format_seconds
+from training.monitor.progress import RunProgress, format_seconds
 
 
 class _Clock:
@@ -47,8 +47,8 @@ def _fit(progress, clock, epochs=3, step=2.0, end=5.0):
 @pytest.fixture
 def clock(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr("training.progress.time.perf_counter", clock)
-    monkeypatch.setattr("training.progress.time.time", clock)
+    monkeypatch.setattr("training.monitor.progress.time.perf_counter", clock)
+    monkeypatch.setattr("training.monitor.progress.time.time", clock)
     return clock
 
 

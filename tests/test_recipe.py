@@ -8,24 +8,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import budget, recipe
 from training.config import TrainingConfig
-from training.schedule import WarmupLinearSchedule
+from training.recipe import adaptive, budget
+from training.recipe.schedule import WarmupLinearSchedule
 
 
 def test_peak_learning_rate_scales_with_width_and_small_batches():
-    assert recipe.peak_learning_rate(256, 4096) == pytest.approx(1e-3)
+    assert adaptive.peak_learning_rate(256, 4096) == pytest.approx(1e-3)
     # 1/sqrt(d_model): the paper's base-model peak (7.0e-4) at d_model 512.
-    assert recipe.peak_learning_rate(512, 4096) == pytest.approx(1e-3 / math.sqrt(2))
-    assert recipe.peak_learning_rate(64, 4096) == pytest.approx(2e-3)
+    assert adaptive.peak_learning_rate(512, 4096) == pytest.approx(1e-3 / math.sqrt(2))
+    assert adaptive.peak_learning_rate(64, 4096) == pytest.approx(2e-3)
     # sqrt(batch) below the reference batch (1,024 tokens), flat above it.
-    assert recipe.peak_learning_rate(256, 1024) == pytest.approx(1e-3)
-    assert recipe.peak_learning_rate(256, 256) == pytest.approx(5e-4)
-    assert recipe.peak_learning_rate(256, 25000) == pytest.approx(1e-3)
+    assert adaptive.peak_learning_rate(256, 1024) == pytest.approx(1e-3)
+    assert adaptive.peak_learning_rate(256, 256) == pytest.approx(5e-4)
+    assert adaptive.peak_learning_rate(256, 25000) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="batch_tokens=0"):
-        recipe.peak_learning_rate(256, 0)
+        adaptive.peak_learning_rate(256, 0)
     # No batch factor: the width rule alone.
-    assert recipe.peak_learning_rate(128, None) == pytest.approx(1e-3 * math.sqrt(2))
+    assert adaptive.peak_learning_rate(128, None) == pytest.approx(1e-3 * math.sqrt(2))
 
 
 def test_a_text_classifiers_peak_does_not_fall_with_short_sentences():
@@ -33,16 +33,16 @@ def test_a_text_classifiers_peak_does_not_fall_with_short_sentences():
     long reviews get the same peak; a translation batch of few target tokens
     gets a smaller one."""
     text = TrainingConfig(task="classification")
-    peaks = {tokens: recipe.resolve(text, 128, tokens, 1000)["peak_learning_rate"]
+    peaks = {tokens: adaptive.resolve(text, 128, tokens, 1000)["peak_learning_rate"]
              for tokens in (96, 343, 668, 4096)}
     assert list(peaks.values()) == pytest.approx([1e-3 * math.sqrt(2)] * 4)
-    assert recipe.resolve(text, 128, 343, 1000)["batch_tokens"] == 343  # still recorded
+    assert adaptive.resolve(text, 128, 343, 1000)["batch_tokens"] == 343  # still recorded
     translation = TrainingConfig(task="translation")
-    assert recipe.resolve(translation, 128, 343, 1000)["peak_learning_rate"] == pytest.approx(
+    assert adaptive.resolve(translation, 128, 343, 1000)["peak_learning_rate"] == pytest.approx(
         1e-3 * math.sqrt(2) * math.sqrt(343 / 1024))
     # A given peak wins either way.
     given = text.replace(learning_rate=3e-4)
-    assert recipe.resolve(given, 128, 343, 1000)["peak_learning_rate"] == 3e-4
+    assert adaptive.resolve(given, 128, 343, 1000)["peak_learning_rate"] == 3e-4
 
 
 @pytest.mark.parametrize(
@@ -50,20 +50,20 @@ def test_a_text_classifiers_peak_does_not_fall_with_short_sentences():
     [(20, 5), (400, 100), (1000, 100), (2000, 200), (10000, 1000), (100000, 4000)],
 )
 def test_warmup_is_a_share_with_floor_and_ceiling(total, expected):
-    assert recipe.warmup_steps(total) == expected
+    assert adaptive.warmup_steps(total) == expected
 
 
 def test_resolve_fills_only_what_is_unset():
-    auto = recipe.resolve(TrainingConfig(task="translation"), 256, 4096, 1000)
+    auto = adaptive.resolve(TrainingConfig(task="translation"), 256, 4096, 1000)
     assert auto["peak_learning_rate"] == pytest.approx(1e-3)
     assert auto["warmup_steps"] == 100 and auto["weight_decay"] == 1e-4
     given = TrainingConfig(learning_rate=3e-4, warmup_steps=50, weight_decay=0.0)
-    values = recipe.resolve(given, 256, 4096, 1000)
+    values = adaptive.resolve(given, 256, 4096, 1000)
     assert (values["peak_learning_rate"], values["warmup_steps"], values["weight_decay"]) == (
         3e-4, 50, 0.0)
-    paper = recipe.resolve(TrainingConfig(schedule="paper"), 512, 25000, 100000)
+    paper = adaptive.resolve(TrainingConfig(schedule="paper"), 512, 25000, 100000)
     assert paper["peak_learning_rate"] == pytest.approx(512**-0.5 * 4000**-0.5)
-    assert recipe.resolve(TrainingConfig(task="classification"), 64, 512, 100)["weight_decay"] == 0.01
+    assert adaptive.resolve(TrainingConfig(task="classification"), 64, 512, 100)["weight_decay"] == 0.01
 
 
 def _rates(schedule, steps):
@@ -121,13 +121,13 @@ def test_schedule_rejects_bad_plans(kwargs, match):
 
 
 def test_adamw_skips_biases_and_norms():
-    optimizer = recipe.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.1)
+    optimizer = adaptive.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.1)
     dense, norm = keras.layers.Dense(2), keras.layers.LayerNormalization()
     dense.build((None, 2))
     norm.build((None, 2))
     decayed = {v.name: optimizer._use_weight_decay(v) for v in dense.weights + norm.weights}
     assert decayed == {"kernel": True, "bias": False, "gamma": False, "beta": False}
-    assert isinstance(recipe.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.0),
+    assert isinstance(adaptive.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.0),
                       keras.optimizers.Adam)
 
 

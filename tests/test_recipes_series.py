@@ -9,8 +9,8 @@ import pytest
 from keras_transformer.layers import SeriesPatches
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.config import TrainingConfig, load_config
-from training.data import TaskData
-from training.recipes_series import (
+from training.data.common import TaskData
+from training.recipe.series import (
     series_batch_size,
     series_ensemble_size,
     series_recipe,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
-from training.resume import ResumableCheckpoint
+from training.runs.resume import ResumableCheckpoint
 
 
 def _ensemble(mixup_alpha=0.4, size=2):

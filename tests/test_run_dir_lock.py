@@ -1,4 +1,4 @@
-"""One process per run directory: `training.run_dir.RunDirLock`."""
+"""One process per run directory: `training.runs.run_dir.RunDirLock`."""
 
 import json
 import os
@@ -10,14 +10,19 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from training.cli_errors import run_reporting_errors
+from training.cli.errors import run_reporting_errors
 from training.config import load_config
-from training.run_dir import LOCK_NAME, RunDirInUseError, RunDirLock, prepare_run_dir
+from training.runs.run_dir import (
+    LOCK_NAME,
+    RunDirInUseError,
+    RunDirLock,
+    prepare_run_dir,
+)
 
 # Holds the lock of argv[1], says so, and waits to be killed.
 HOLDER = """
 import sys, time
-from training.run_dir import RunDirLock
+from training.runs.run_dir import RunDirLock
 lock = RunDirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(120)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from training import selection
+from training.runs import selection
 from training.train import _segments
 
 

@@ -1,4 +1,4 @@
-"""`training.series_augmentation`: mixup, jitter and crops of series batches."""
+"""`training.pipeline.series_augmentation`: mixup, jitter and crops of series batches."""
 
 import re
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.series_augmentation import (
+from training.pipeline.series_augmentation import (
     augment_series,
     jitter,
     mixup,

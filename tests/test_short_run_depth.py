@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from training import budget
 from training.config import load_config
-from training.resume import ResumableCheckpoint
-from training.run_dir import load_run
+from training.recipe import budget
+from training.runs.resume import ResumableCheckpoint
+from training.runs.run_dir import load_run
 from training.train import (
     _depth_cost_ratio,
     _preset_depth_is_long,

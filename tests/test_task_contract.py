@@ -26,11 +26,12 @@ from export_fixtures import LABEL_NAMES, LABELS, SENTENCES
 from export.saved_model import export_saved_model
 from export.tflite import export_tflite
 from export.verify import verify_run_exports
-from training import cli, synthetic_series
+from training.cli import commands
 from training.config import load_config
-from training.predict import SavedModelPredictor
-from training.resume import ResumableCheckpoint
-from training.run_dir import load_run
+from training.data import synthetic_series
+from training.runs.predict import SavedModelPredictor
+from training.runs.resume import ResumableCheckpoint
+from training.runs.run_dir import load_run
 from training.tasks import TASKS
 from training.train import train
 
@@ -139,5 +140,5 @@ def test_task_trains_resumes_predicts_exports_and_verifies(name, tmp_path, monke
         assert predictor.predict(inputs, beam_size=4) == run.predict(inputs, beam_size=4)
 
     capsys.readouterr()
-    assert cli.main(["predict", "--run-dir", str(run_dir), *inputs]) == 0
+    assert commands.main(["predict", "--run-dir", str(run_dir), *inputs]) == 0
     assert capsys.readouterr().out.splitlines() == lines

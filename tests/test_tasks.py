@@ -20,9 +20,9 @@ from keras_transformer.models import (
     VisionTransformer,
 )
 from training import config as config_module
-from training import recipe
 from training.config import TrainingConfig
-from training.predict import answer_in_batches, read_inputs
+from training.recipe import adaptive
+from training.runs.predict import answer_in_batches, read_inputs
 from training.tasks import TASKS, Task, get_task
 from training.tasks.base import TASK_FIELDS
 from training.tasks.translation import final_length_share, held_out_pairs
@@ -65,7 +65,7 @@ def test_recipe_defaults_name_config_fields(name):
     fields = {f.name for f in dataclasses.fields(TrainingConfig)}
     assert set(defaults) <= fields and "weight_decay" in defaults
     config = TrainingConfig(task=name, dataset=get_task(name).datasets[0])
-    assert recipe.resolve(config, 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
+    assert adaptive.resolve(config, 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
 
 
 def test_task_only_fields_are_refused_where_unused():
@@ -135,7 +135,7 @@ def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
 def test_a_given_num_classes_must_hold_the_data_classes():
     """`num_classes` below the classes found (or 1 for other than two) is a
     clear error naming it, not labels out of range in the loss."""
-    from training.data import TaskData
+    from training.data.common import TaskData
     from training.tasks.classifiers import build_classifier
 
     task = get_task("classification")
@@ -251,7 +251,7 @@ def test_text_task_with_min_word_count_learns_whole_words(tmp_path):
 def test_text_ensemble_size_follows_the_training_set_size():
     """A null `ensemble_size` gives five classifiers up to 10,000 training
     sentences and one above; a size the user gives is kept."""
-    from training.data import TaskData
+    from training.data.common import TaskData
     from training.tasks import text_classification as text
 
     task = get_task("classification")
@@ -272,7 +272,7 @@ def test_final_decoding_share_is_reference_pieces_over_hypothesis_pieces():
     """A budgeted run keeps time for decoding the test set with the model it
     will end with: one that writes twice the references' pieces is planned
     at half today's decoding time, never below the floor, never above 1."""
-    from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+    from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
     references = ["a dog runs on the grass", "two men play football", "a girl sings"]
     tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(references * 5, 60))
@@ -405,12 +405,12 @@ def test_pipeline_and_exporters_do_not_branch_on_task_names():
     import export.saved_model
     import export.tflite
     import export.verify
-    import training.main_job
-    import training.predict
-    import training.run_dir
+    import training.cli.main_job
+    import training.runs.predict
+    import training.runs.run_dir
     import training.train
 
-    modules = (training.train, training.run_dir, training.predict, training.main_job,
+    modules = (training.train, training.runs.run_dir, training.runs.predict, training.cli.main_job,
                export.saved_model, export.tflite, export.verify)
     for module in modules:
         source = inspect.getsource(module)
@@ -419,10 +419,10 @@ def test_pipeline_and_exporters_do_not_branch_on_task_names():
 
 
 def test_predict_errors_are_one_error_line(capsys, tmp_path):
-    from training import cli
+    from training.cli import commands
 
-    assert cli.main(["predict", "--run-dir", str(tmp_path / "none"), "hello"]) == 2
+    assert commands.main(["predict", "--run-dir", str(tmp_path / "none"), "hello"]) == 2
     assert "model.keras" in capsys.readouterr().err
     argv = ["predict", "--saved-model", str(tmp_path), "--input", "in.txt", "hello"]
-    assert cli.main(argv) == 2
+    assert commands.main(argv) == 2
     assert "not both" in capsys.readouterr().err

@@ -1,11 +1,11 @@
-"""Tests for training/text_files.py: encodings, gzip, alignment, formats."""
+"""Tests for training/data/readers.py: encodings, gzip, alignment, formats."""
 
 import gzip
 
 import numpy as np
 import pytest
 
-from training.text_files import (
+from training.data.readers import (
     read_classification,
     read_lines,
     read_parallel,

@@ -1,11 +1,12 @@
-"""Tests for training/tokenizers.py: vocabulary, round trips, SavedModel, hostile input."""
+"""Tests for training/text/tokenizers.py: vocabulary, round trips, SavedModel, hostile input."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.text_files import read_lines
-from training.tokenizers import (
+from training.data.readers import read_lines
+from training.data.toy import generate_pairs
+from training.text.tokenizers import (
     END_ID,
     PAD_ID,
     RESERVED_TOKENS,
@@ -15,7 +16,6 @@ from training.tokenizers import (
     WordPieceTokenizer,
     learn_wordpiece_vocabulary,
 )
-from training.toy_data import generate_pairs
 
 HOSTILE = [
     "",

@@ -1,9 +1,9 @@
-"""Tests for training/toy_data.py: hand-checked numbers, determinism, files."""
+"""Tests for training/data/toy.py: hand-checked numbers, determinism, files."""
 
 import pytest
 
-from training.text_files import read_parallel
-from training.toy_data import (
+from training.data.readers import read_parallel
+from training.data.toy import (
     TEMPLATES,
     english_number,
     generate_pairs,

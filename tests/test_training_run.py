@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from training.config import TrainingConfig, load_config
-from training.run_dir import load_run, prepare_run_dir
+from training.runs.run_dir import load_run, prepare_run_dir
 from training.train import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -311,7 +311,7 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
     """Once the deadline fallback stops a `fit`, the run neither re-times its
     final evaluation nor trains again: it evaluates.  Re-timing first (a
     validation decode) put a 60-minute run 0.7 s past its budget."""
-    from training import budget
+    from training.recipe import budget
     from training.tasks import get_task
 
     made, hit_when_timed = [], []
@@ -354,8 +354,8 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
     re-skips the batches of the epochs before it."""
     import tensorflow as tf
 
-    from training.schedule import WarmupLinearSchedule
-    from training.selection import read_scores
+    from training.recipe.schedule import WarmupLinearSchedule
+    from training.runs.selection import read_scores
 
     skipped, skip = [], tf.data.Dataset.skip
 

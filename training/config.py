@@ -79,7 +79,7 @@ class TrainingConfig:
     # (Section 5.3: warm-up, then inverse square root; never anneals).
     schedule: str = "auto"
     # Peak learning rate of the "auto" schedule; None: from the model width
-    # and the batch (training/recipe.py).
+    # and the batch (training/recipe/adaptive.py).
     learning_rate: float | None = None
     # Warm-up updates; None: 4000 for "paper", and for "auto" a tenth of the
     # planned updates, at least min(100, a quarter of them), at most 4000.

@@ -19,13 +19,14 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
-from training import budget, recipe, selection
-from training.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.distribute import build_strategy
-from training.monitor import write_final_metrics, write_hparams
-from training.progress import RunProgress
-from training.resume import ResumableCheckpoint
-from training.run_dir import RunDirLock, prepare_run_dir
+from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
+from training.monitor.progress import RunProgress
+from training.monitor.tensorboard import write_final_metrics, write_hparams
+from training.recipe import adaptive, budget
+from training.runs import selection
+from training.runs.resume import ResumableCheckpoint
+from training.runs.run_dir import RunDirLock, prepare_run_dir
 from training.tasks import get_task
 from training.tasks.common import preset_config, with_cardinality
 
@@ -87,7 +88,7 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
 
     `started_at` (a `time.time()` value) is when the command started; a
     time budget counts from it (default: now).  `verbose="auto"` prints
-    `training.progress.RunProgress`: a bar redrawn in place in a terminal,
+    `training.monitor.progress.RunProgress`: a bar redrawn in place in a terminal,
     one line per epoch otherwise, with the step time and the run's time
     left; 0, 1 or 2 are Keras' own `fit` verbosity.
     """
@@ -153,10 +154,10 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         with strategy.scope():
             model, loss, metrics, hidden_dim = _build(config, task, data)
             if plan is None or "schedule" not in plan:  # none, or only its depth
-                plan = recipe.resolve(config, hidden_dim, batch_tokens, max_steps)
+                plan = adaptive.resolve(config, hidden_dim, batch_tokens, max_steps)
                 plan["planned"] = config.time_budget_minutes is None
-            schedule = recipe.build_schedule(config, hidden_dim, plan)
-            optimizer = recipe.build_optimizer(schedule, plan["weight_decay"])
+            schedule = adaptive.build_schedule(config, hidden_dim, plan)
+            optimizer = adaptive.build_optimizer(schedule, plan["weight_decay"])
             model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                           jit_compile=config.jit_compile)
         checkpoint = ResumableCheckpoint(
@@ -605,7 +606,7 @@ def _calibrate_and_plan(config, task, model, schedule, train_stream, checkpoint,
         seconds_per_step = _seconds_per_update(config, timer, seconds_save)
         total = plan_total()
     if config.schedule == "auto":
-        plan["warmup_steps"] = min(config.warmup_steps or recipe.warmup_steps(total), total - 1)
+        plan["warmup_steps"] = min(config.warmup_steps or adaptive.warmup_steps(total), total - 1)
         schedule.set_plan(plan["warmup_steps"], total)
     plan.update({
         "total_steps": int(total),

@@ -93,7 +93,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
       as fastText's word vectors (Bojanowski et al., 2017): `token_ids` is
       `(B, T, 1 + G)`, the token's id and then G = `char_ngrams_per_word`
       hashed ids of its character n-grams (1..n, 0 for none; built by
-      `training.tokenizers.CharNGramTokenizer`), and the mean of those
+      `training.text.tokenizers.CharNGramTokenizer`), and the mean of those
       n-grams' vectors (scaled as the token's) is added to its embedding.
       An unknown word then differs from another by its spelling, and a
       rare one shares vectors with the seen words it is spelt like.

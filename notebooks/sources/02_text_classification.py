@@ -23,7 +23,7 @@
 # word keeps its spelling), batches are padded with id 0, and the paper's Adam
 # settings (Section 5.3) train it, with a small AdamW weight decay and the
 # recipe's learning-rate schedule: a warm-up, then a linear decay to zero
-# at the last planned update (`schedule="auto"`, `training/recipe.py`).
+# at the last planned update (`schedule="auto"`, `training/recipe/adaptive.py`).
 #
 # `KT_NOTEBOOK_SIZE=small` (default, CI) trains a one-block model of width
 # 32 for two epochs; `full` trains the preset (d_model 128, up to 20
@@ -54,9 +54,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.metrics import ConfusionMatrixDisplay, confusion_matrix
 
-from training import pipeline, text_files
 from training.config import load_config
-from training.run_dir import load_run
+from training.data import readers
+from training.pipeline import datasets
+from training.runs.run_dir import load_run
 from training.train import train
 
 plt.rcParams.update({"figure.dpi": 80})
@@ -120,7 +121,7 @@ else:
         for i, (s, n) in enumerate(sizes.items())
     }
     print(f"SST-2 not found under {SST2}: using GENERATED reviews instead.")
-texts, labels, label_names = text_files.read_classification(files["train"])
+texts, labels, label_names = readers.read_classification(files["train"])
 print(f"{len(texts)} training sentences, labels {label_names}, {np.mean(labels):.0%} positive")
 for text, label in list(zip(texts, labels, strict=True))[:4]:
     print(f"  {label}  {text}")
@@ -185,11 +186,11 @@ print("tokens of a sentence:", [tokenizer.vocabulary[i] for i in packed[:, 0]],
 # ## Accuracy and confusion matrix on the test split
 
 # %%
-test_texts, test_labels, _ = text_files.read_classification(
+test_texts, test_labels, _ = readers.read_classification(
     files["test"], label_names=run.label_names
 )
 test_labels = np.asarray(test_labels)
-test_data = pipeline.make_classification_dataset(
+test_data = datasets.make_classification_dataset(
     test_texts,
     test_labels,
     tokenizer=tokenizer,

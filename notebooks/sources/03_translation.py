@@ -11,7 +11,7 @@
 # run of a few hundred updates ends annealed.
 #
 # `KT_NOTEBOOK_SIZE=small` (default, CI) uses the generated English->German
-# number-words task of `training.toy_data` ("he bought forty two books
+# number-words task of `training.data.toy` ("he bought forty two books
 # yesterday" -> "er hat gestern zwei und vierzig bücher gekauft": German puts
 # units before tens and moves the verb) with a tiny model and a few epochs.
 # `full` trains the `multi30k` preset on Multi30k German->English from
@@ -44,13 +44,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from keras_transformer.models import END_ID, START_ID, get_preset
-from training import pipeline, text_files, toy_data
-from training.attention_plot import attention_figure
 from training.config import load_config
-from training.evaluation import Translator, bleu_scores
-from training.run_dir import load_run
-from training.schedule import TransformerSchedule, WarmupLinearSchedule
-from training.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+from training.data import readers, toy
+from training.monitor.attention_plot import attention_figure
+from training.monitor.evaluation import Translator, bleu_scores
+from training.pipeline import datasets
+from training.recipe.schedule import TransformerSchedule, WarmupLinearSchedule
+from training.runs.run_dir import load_run
+from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 from training.train import train
 
 plt.rcParams.update({"figure.dpi": 80})
@@ -72,7 +73,7 @@ if USE_MULTI30K:
     print(f"Multi30k de->en from {MULTI30K}")
 else:
     n_train = 2000 if SIZE == "small" else 20000
-    paths = toy_data.write_toy_corpus(WORK / "data", n_train=n_train, n_valid=50, n_test=100)
+    paths = toy.write_toy_corpus(WORK / "data", n_train=n_train, n_valid=50, n_test=100)
     config = load_config("toy").replace(
         dataset="files",
         train_files=paths["train"],
@@ -91,7 +92,7 @@ else:
     print(f"generated number-words pairs ({n_train} for training) in {WORK / 'data'}")
 # BLEU during training and beam search at the end are run below instead.
 config = config.replace(eval_sentences=0, beam_size=1, checkpoint_every_steps=100_000)
-sources, targets = text_files.read_parallel(*train_pair)
+sources, targets = readers.read_parallel(*train_pair)
 for s, t in list(zip(sources, targets, strict=True))[:4]:
     print(f"  {s}\n    -> {t}")
 
@@ -132,7 +133,7 @@ print(f"detokenized: {round_trip!r}")
 
 # %%
 def batches(**kwargs):
-    return pipeline.make_translation_dataset(
+    return datasets.make_translation_dataset(
         sources,
         targets,
         tokenizer,
@@ -150,8 +151,8 @@ print(
     [tuple(f["encoder_token_ids"].shape) for f, _ in bucketed.take(4)],
 )
 padding = {
-    "bucketed": pipeline.padding_fraction(bucketed),
-    "fixed length": pipeline.padding_fraction(batches(pad_to_length=config.max_sequence_length)),
+    "bucketed": datasets.padding_fraction(bucketed),
+    "fixed length": datasets.padding_fraction(batches(pad_to_length=config.max_sequence_length)),
 }
 print({k: f"{v:.0%} padding" for k, v in padding.items()})
 
@@ -168,7 +169,7 @@ print({k: f"{v:.0%} padding" for k, v in padding.items()})
 # validates best), and evaluates the test split with greedy decoding.
 #
 # The schedule fields left at `None` are decided by the recipe
-# (`training/recipe.py`) from the model, the batches and the planned number
+# (`training/recipe/adaptive.py`) from the model, the batches and the planned number
 # of updates, and written to the run's `plan.json`.
 
 # %%
@@ -284,7 +285,7 @@ fig.tight_layout()
 # %%
 run = load_run(RUN)
 model, tokenizer = run.model, run.tokenizer
-test_sources, test_references = text_files.read_parallel(*test_pair)
+test_sources, test_references = readers.read_parallel(*test_pair)
 translations, bleu, bleu_lowercase_tokenized, seconds = {}, {}, {}, {}
 for name, beam_size in (("greedy", 1), ("beam 4", 4)):
     translator = Translator(

@@ -48,10 +48,10 @@ from export.saved_model_cli import run_saved_model_cli
 from export.tflite import export_tflite, translator_output_length
 from export.tflite_verify import verify_tflite
 from export.verify import verify_saved_model
-from training import text_files, toy_data
 from training.config import load_config
-from training.evaluation import Translator
-from training.run_dir import load_run
+from training.data import readers, toy
+from training.monitor.evaluation import Translator
+from training.runs.run_dir import load_run
 from training.train import train
 
 tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
@@ -65,7 +65,7 @@ tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
 
 # %%
 n_train = 2000 if SIZE == "small" else 8000
-paths = toy_data.write_toy_corpus(WORK / "data", n_train=n_train, n_valid=20, n_test=40)
+paths = toy.write_toy_corpus(WORK / "data", n_train=n_train, n_valid=20, n_test=40)
 config = load_config("toy").replace(
     dataset="files",
     train_files=paths["train"],
@@ -87,7 +87,7 @@ metrics = train(config, RUN, verbose=0)
 run = load_run(RUN)
 model, tokenizer = run.model, run.tokenizer
 print(f"test BLEU (greedy) {metrics['test_bleu_greedy']:.1f}; parameters {model.count_params():,}")
-sentences, references = text_files.read_parallel(*paths["test"])
+sentences, references = readers.read_parallel(*paths["test"])
 sentences = sentences[:8]
 
 # %% [markdown]
@@ -259,7 +259,7 @@ print(f"{sentences[0]!r} -> {text!r}")
 # decision now and then.
 
 # %%
-examples = list(text_files.read_parallel(*paths["test"])[0][:20])
+examples = list(readers.read_parallel(*paths["test"])[0][:20])
 agreement = {
     q: verify_tflite(p, model, examples, tokenizer=tokenizer) for q, p in tflite_paths.items()
 }

@@ -11,9 +11,9 @@
 #
 # The data comes from a file in the format of the UCR time-series archive
 # (one series a line: the label, then the values), read with
-# `training.text_files.read_ucr`. Give your own with `KT_UCR_TRAIN` and
+# `training.data.readers.read_ucr`. Give your own with `KT_UCR_TRAIN` and
 # `KT_UCR_TEST`; otherwise the notebook generates a small two-class task with
-# `training.synthetic_series` (normal heartbeat-like signals vs. the same
+# `training.data.synthetic_series` (normal heartbeat-like signals vs. the same
 # with one short anomaly), writes it as UCR text and reads it back.
 #
 # `KT_NOTEBOOK_SIZE=small` (default, CI): 800 training series, 10 epochs;
@@ -45,9 +45,9 @@ import numpy as np
 from sklearn.neighbors import KNeighborsClassifier
 
 from keras_transformer.models import TransformerClassifier
-from training import synthetic_series
-from training.schedule import paper_optimizer
-from training.text_files import read_ucr
+from training.data import synthetic_series
+from training.data.readers import read_ucr
+from training.recipe.schedule import paper_optimizer
 
 keras.utils.set_random_seed(0)
 plt.rcParams.update({"figure.dpi": 80})

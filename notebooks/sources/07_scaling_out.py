@@ -54,8 +54,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.models import TransformerClassifier
-from training import synthetic_series
-from training.schedule import TransformerSchedule, paper_optimizer
+from training.data import synthetic_series
+from training.recipe.schedule import TransformerSchedule, paper_optimizer
 
 tf.get_logger().setLevel("ERROR")  # no INFO lines for every all-reduce
 plt.rcParams.update({"figure.dpi": 80})
@@ -155,7 +155,7 @@ print(
 #   batch is an upper bound, square-root scaling a safer start).
 # - **`train`'s default schedule (`schedule="auto"`) does this itself.** Its
 #   peak grows as the square root of the global batch's tokens up to 1,024
-#   (`training/recipe.py`), and its warm-up is a tenth of the updates the run
+#   (`training/recipe/adaptive.py`), and its warm-up is a tenth of the updates the run
 #   plans (at least min(100, a quarter of them), at most 4,000), so R times
 #   fewer updates get a warm-up about R times shorter.
 #

@@ -1,6 +1,6 @@
 """`Task`: what differs between kinds of problem, behind one interface.
 
-The pipeline (`training.train`, `training.predict`, `export.*`) is written
+The pipeline (`training.train`, `training.runs.predict`, `export.*`) is written
 once against these hooks and never branches on a task's name; the one string
 lookup is `training.tasks.get_task(config.task)`.  A task is a plain object,
 not a Keras model: it reads its data, holds its assets (a tokenizer for
@@ -15,20 +15,20 @@ Who calls what:
 
 | hook | caller |
 |---|---|
-| `check_config`, `recipe_defaults` | `TrainingConfig.validate`, `training.recipe` |
+| `check_config`, `recipe_defaults` | `TrainingConfig.validate`, `training.recipe.adaptive` |
 | `data_defaults`, `resolve_config` | `training.train`, after `load_data` |
 | `load_data`, `prepare`, `make_dataset`, `batch_tokens` | `training.train` (data, vocabulary) |
 | `build_model`, `loss_and_metrics` | `training.train._build` |
 | `validation_score`, `time_evaluation`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
-| `load_assets` | `training.run_dir.load_run` |
-| `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.predict`, `export.verify` |
+| `load_assets` | `training.runs.run_dir.load_run` |
+| `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.runs.predict`, `export.verify` |
 | `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
 """
 
 import json
 import os
 
-from training.tokenizers import load_tokenizer
+from training.text.tokenizers import load_tokenizer
 
 #: TrainingConfig fields that only some tasks use, with their unset value.
 TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
@@ -58,7 +58,7 @@ class Task:
     #: The `config.DATA_FIELDS` this task fills from its data where the config says None.
     data_fields = ()
     #: Whether the "auto" peak learning rate falls with small batches of
-    #: `batch_tokens` (`training.recipe.peak_learning_rate`): true where the
+    #: `batch_tokens` (`training.recipe.adaptive.peak_learning_rate`): true where the
     #: loss sums over tokens (translation), false where it is one term per
     #: example whatever its length (text classification).
     peak_scales_with_batch_tokens = True
@@ -98,7 +98,7 @@ class Task:
     # --- data and assets ----------------------------------------------------
 
     def load_data(self, config, run_dir):
-        """The train/valid/test splits (`training.data.TaskData`), checked."""
+        """The train/valid/test splits (`training.data.common.TaskData`), checked."""
         raise NotImplementedError
 
     def prepare(self, config, data, run_dir, write=True):

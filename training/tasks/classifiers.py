@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
-from training.losses import SparseSmoothedCrossentropy
+from training.recipe.losses import SparseSmoothedCrossentropy
 from training.tasks.common import preset_config, with_cardinality
 
 

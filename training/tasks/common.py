@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_transformer.models import get_preset
 from keras_transformer.models.transformer_config import PAD_ID
-from training.tokenizers import (
+from training.text.tokenizers import (
     CharNGramTokenizer,
     WordPieceTokenizer,
     learn_word_vocabulary,

@@ -8,9 +8,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training import pipeline, recipes_series, synthetic_series, text_files
-from training.data import TaskData, require_file
-from training.series_augmentation import augment_series
+from training.data import readers, synthetic_series
+from training.data.common import TaskData, require_file
+from training.pipeline import datasets
+from training.pipeline.series_augmentation import augment_series
+from training.recipe import series
 from training.tasks import classifiers
 from training.tasks.base import Task
 
@@ -28,7 +30,7 @@ class SeriesClassification(Task):
     the last weights).  With 36 series a tenth held out is 4 series, too few
     to choose anything by, and a tenth fewer to learn from.
     Sizes the config leaves null come from the data
-    (`training.recipes_series`).  Labels are one-hot, mixed by `mixup_alpha`
+    (`training.recipe.series`).  Labels are one-hot, mixed by `mixup_alpha`
     on training batches; loss: cross-entropy with `label_smoothing`.
     Selection and test: accuracy.  The task name is the config's
     `"timeseries"`.
@@ -58,14 +60,14 @@ class SeriesClassification(Task):
             )
 
     def data_defaults(self, config, data):
-        """`training.recipes_series.series_recipe` of the training split's (N, T, K, F).
+        """`training.recipe.series.series_recipe` of the training split's (N, T, K, F).
 
         `steps_per_epoch` is taken only when `epochs` is null too: an epoch
         count the user gives means passes over the data.  A given
         `patch_length` gets the half stride of its own length.
         """
         x = data.train[0]
-        recipe = recipes_series.series_recipe(
+        recipe = series.series_recipe(
             int(x.shape[0]), int(x.shape[1]), len(data.label_names), int(x.shape[2])
         )
         if config.epochs is not None:
@@ -78,9 +80,9 @@ class SeriesClassification(Task):
 
     def load_data(self, config, run_dir):
         if config.train_files:
-            x, y, names = text_files.read_ucr(require_file(config.train_files[0], "train file"))
+            x, y, names = readers.read_ucr(require_file(config.train_files[0], "train file"))
             test_path = (config.test_files or config.train_files)[0]
-            tx, ty_raw, test_names = text_files.read_ucr(require_file(test_path, "test file"))
+            tx, ty_raw, test_names = readers.read_ucr(require_file(test_path, "test file"))
             ty = self._label_ids(ty_raw, test_names, names, "Test")
         else:
             x, y = synthetic_series.generate_series(1200, seed=config.seed)
@@ -92,7 +94,7 @@ class SeriesClassification(Task):
         y = np.asarray(y)
         valid = (x, y)
         if config.valid_files:
-            vx, vy_raw, valid_names = text_files.read_ucr(
+            vx, vy_raw, valid_names = readers.read_ucr(
                 require_file(config.valid_files[0], "valid file"))
             valid = (vx, self._label_ids(vy_raw, valid_names, names, "Validation"))
         return TaskData((x, y), valid, (tx, ty), label_names=[str(n) for n in names])
@@ -106,7 +108,7 @@ class SeriesClassification(Task):
         return np.array([index[file_names[i]] for i in ids], "int32")
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
-        dataset = pipeline.make_classification_dataset(
+        dataset = datasets.make_classification_dataset(
             split[0], split[1], max_sequence_length=config.max_sequence_length,
             batch_size=config.batch_size, seed=config.seed, shuffle=shuffle, repeat=repeat,
         )

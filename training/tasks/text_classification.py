@@ -5,9 +5,10 @@ import time
 import numpy as np
 
 from keras_transformer.models.transformer_config import PAD_ID
-from training import pipeline, text_files
-from training.data import TaskData, require_file, resolve_data_dir
-from training.recipes_series import ENSEMBLE_SIZE
+from training.data import readers
+from training.data.common import TaskData, require_file, resolve_data_dir
+from training.pipeline import datasets
+from training.recipe.series import ENSEMBLE_SIZE
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
@@ -38,7 +39,7 @@ class TextClassification(Task):
 
     Data: `dataset="sst2"`, `"trec"` (every 10th training question
     validates) or `"files"` (`label<TAB>text` files; class names in the
-    order `text_files.read_classification` gives them; without
+    order `readers.read_classification` gives them; without
     `valid_files` every 10th training sentence validates, as on TREC, and
     without `test_files` the validation split tests).  Selection and
     test: accuracy.  The task name is the config's `"classification"`.
@@ -103,7 +104,7 @@ class TextClassification(Task):
                 "use sst2, trec or files."
             )
         train_file, valid_file, test_file = files
-        texts, labels, names = text_files.read_classification(
+        texts, labels, names = readers.read_classification(
             require_file(train_file, "train file"), encoding=config.encoding
         )
 
@@ -113,7 +114,7 @@ class TextClassification(Task):
         if valid_file is not None and config.cross_fit and ensemble(len(texts)) > 1:
             # Cross-fitted, a validation file joins the training pool: every
             # labelled sentence trains all members but one, which validates on it.
-            more, more_labels, _ = text_files.read_classification(
+            more, more_labels, _ = readers.read_classification(
                 require_file(valid_file, "valid file"), label_names=names,
                 encoding=config.encoding,
             )
@@ -143,7 +144,7 @@ class TextClassification(Task):
         for path, what in ((valid_file, "valid file"), (test_file, "test file")):
             if path is None:
                 continue
-            t, y, _ = text_files.read_classification(
+            t, y, _ = readers.read_classification(
                 require_file(path, what), label_names=names, encoding=config.encoding
             )
             splits.append((t, np.asarray(y, "int32")))
@@ -159,7 +160,7 @@ class TextClassification(Task):
         weights = None
         if training and len(split) == 3:  # cross-fitted: member i leaves out fold i
             weights = split[2][:, None] != np.arange(self.cross_fit_members)[None, :]
-        dataset = pipeline.make_classification_dataset(
+        dataset = datasets.make_classification_dataset(
             split[0], split[1], tokenizer=self.tokenizer,
             max_sequence_length=config.max_sequence_length, batch_size=config.batch_size,
             seed=config.seed, shuffle=shuffle, repeat=repeat, sample_weight=weights,

@@ -9,16 +9,26 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.models import Transformer
-from training import budget, pipeline, text_files, toy_data
-from training.data import TaskData, require_file, resolve_data_dir
-from training.detokenize import detokenize_ids
-from training.evaluation import DECODE_BATCH, Translator, bleu_scores, corpus_bleu
-from training.losses import (
+from training.data import readers, toy
+from training.data.common import TaskData, require_file, resolve_data_dir
+from training.monitor.evaluation import (
+    DECODE_BATCH,
+    Translator,
+    bleu_scores,
+    corpus_bleu,
+)
+from training.monitor.tensorboard import (
+    AttentionImages,
+    ValidationBleu,
+    attention_example,
+)
+from training.pipeline import datasets
+from training.recipe import budget
+from training.recipe.losses import (
     MaskedAccuracy,
     MaskedPerplexity,
     MaskedSparseCategoricalCrossentropy,
 )
-from training.monitor import AttentionImages, ValidationBleu, attention_example
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
@@ -27,6 +37,7 @@ from training.tasks.common import (
     text_probes,
     token_ids,
 )
+from training.text.detokenize import detokenize_ids
 
 #: Four beams cost about this many times a greedy decode of the same
 #: sentences, both loops traced (1,000 Multi30k test sentences on a 2-core
@@ -110,7 +121,7 @@ class Translation(Task):
 
     def load_data(self, config, run_dir):
         if config.dataset == "toy":
-            paths = toy_data.write_toy_corpus(
+            paths = toy.write_toy_corpus(
                 os.path.join(run_dir, "data"), config.toy_train_size,
                 config.toy_eval_size, config.toy_eval_size, seed=config.seed,
             )
@@ -137,7 +148,7 @@ class Translation(Task):
             if len(pair) != 2:
                 raise ValueError(f"{name}_files must be (source, target); received {pair!r}.")
             source, target = (require_file(p, f"{name} file") for p in pair)
-            read.append(text_files.read_parallel(source, target, encoding=config.encoding))
+            read.append(readers.read_parallel(source, target, encoding=config.encoding))
         if read[1] is None:  # files without valid_files
             read[0], read[1] = held_out_pairs(read[0])
         if read[2] is None:  # without test_files, the validation pairs test
@@ -157,7 +168,7 @@ class Translation(Task):
             # incomplete batches, so that each bucket has one shape.
             static = dict(pad_to_bucket_boundary=True, boundaries=self._boundaries(config),
                           drop_remainder=training)
-        return pipeline.make_translation_dataset(
+        return datasets.make_translation_dataset(
             split[0], split[1], self.tokenizer, self.tokenizer, config.max_sequence_length,
             config.tokens_per_batch, seed=config.seed, shuffle=shuffle, repeat=repeat,
             **static,
@@ -165,7 +176,7 @@ class Translation(Task):
 
     @staticmethod
     def _boundaries(config):
-        return pipeline.bucket_boundaries(config.max_sequence_length, min_length=16, growth=1.5)
+        return datasets.bucket_boundaries(config.max_sequence_length, min_length=16, growth=1.5)
 
     def training_shapes(self, config):
         return len(self._boundaries(config)) - 1

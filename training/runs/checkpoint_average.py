@@ -12,9 +12,9 @@ variables (e.g. random seed states) are taken from the last checkpoint.
 Command line (the architecture comes from a `.keras` file: `--model`, or
 `RUN/model.keras`; `--run-dir` averages `RUN/checkpoints/epoch-*.weights.h5`):
 
-    python -m training.checkpoint_average --run-dir RUN --last 5 \
+    python -m training.runs.checkpoint_average --run-dir RUN --last 5 \
         --output RUN/averaged.weights.h5
-    python -m training.checkpoint_average --model RUN/model.keras \
+    python -m training.runs.checkpoint_average --model RUN/model.keras \
         --output averaged.keras "RUN/checkpoints/epoch-00[4-8].weights.h5"
 """
 
@@ -31,7 +31,7 @@ import h5py
 import keras
 import numpy as np
 
-# The layout of training/run_dir.py: RUN/model.keras and
+# The layout of training/runs/run_dir.py: RUN/model.keras and
 # RUN/checkpoints/epoch-<e>.weights.h5.
 RUN_MODEL = "model.keras"
 RUN_CHECKPOINT_PATTERN = os.path.join("checkpoints", "epoch-*.weights.h5")

@@ -1,7 +1,7 @@
 """Readers for the plain-text corpora the training recipes use.
 
 Every reader returns plain Python lists (or NumPy arrays for time series), so
-the `tf.data` pipelines in `training.pipeline` stay independent of file
+the `tf.data` pipelines in `training.pipeline.datasets` stay independent of file
 formats. Errors name the offending argument, file and line, because a silent
 misalignment between a source and a target file ruins a translation model
 without any other symptom.

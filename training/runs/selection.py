@@ -16,7 +16,7 @@ import os
 
 import keras
 
-from training.checkpoint_average import average_checkpoints
+from training.runs.checkpoint_average import average_checkpoints
 
 SCORES = "scores.json"
 

@@ -7,7 +7,7 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
 from keras_transformer.models import END_ID, START_ID
-from training.attention_plot import attention_figure, figure_to_png_array
+from training.monitor.attention_plot import attention_figure, figure_to_png_array
 
 
 class ValidationBleu(keras.callbacks.Callback):
@@ -25,7 +25,7 @@ class ValidationBleu(keras.callbacks.Callback):
         self.lowercase = lowercase
 
     def on_epoch_end(self, epoch, logs=None):
-        from training.evaluation import corpus_bleu
+        from training.monitor.evaluation import corpus_bleu
 
         hypotheses = self.translator(self.sources)
         score = corpus_bleu(hypotheses, self.references, self.lowercase).score
@@ -36,7 +36,7 @@ class ValidationBleu(keras.callbacks.Callback):
 class AttentionImages(keras.callbacks.Callback):
     """Writes cross-attention heatmaps of one fixed validation pair each epoch.
 
-    Each image is a labelled heatmap (`training.attention_plot`): source
+    Each image is a labelled heatmap (`training.monitor.attention_plot`): source
     word pieces along the x axis, target pieces along the y axis, each row
     labelled with the piece the decoder predicts there (the teacher-forced
     input is `[START] y1 .. yn`, so row t predicts y(t+1) and the last row

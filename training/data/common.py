@@ -8,7 +8,7 @@ import dataclasses
 import os
 import pathlib
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass

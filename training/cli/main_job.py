@@ -38,8 +38,8 @@ def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
     _print_metrics(metrics)
 
     from export.saved_model import export_saved_model
-    from training.predict import SavedModelPredictor
-    from training.run_dir import load_run
+    from training.runs.predict import SavedModelPredictor
+    from training.runs.run_dir import load_run
     from training.tasks import get_task
 
     run = load_run(run_dir)

@@ -29,7 +29,7 @@ import math
 
 import keras
 
-from training.schedule import (
+from training.recipe.schedule import (
     PAPER_BETA_1,
     PAPER_BETA_2,
     PAPER_EPSILON,

@@ -22,7 +22,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from training.text_files import read_lines
+from training.data.readers import read_lines
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3

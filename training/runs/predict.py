@@ -73,7 +73,7 @@ def predict_run(run, inputs, beam_size=1, batch_size=64):
     """`run.predict`: lines for `inputs` from a loaded run's Keras model.
 
     Args:
-        run: `training.run_dir.load_run(...)`.
+        run: `training.runs.run_dir.load_run(...)`.
         inputs: Sentences, or series (arrays or lines of numbers).
         beam_size: Beams of a translator (1: greedy).
         batch_size: Inputs per model call.

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from training.tokenizers import END_ID, START_ID
+from training.text.tokenizers import END_ID, START_ID
 
 _TOKENIZE_BATCH = 256  # Rows per tokenizer call: amortises the per-op overhead.
 _MAX_SHUFFLE_BUFFER = 65536

@@ -19,8 +19,8 @@ import json
 import sys
 import time
 
-from training.cli_errors import add_debug_flag, run_reporting_errors
-from training.config_help import fields_help, presets_help
+from training.cli.config_help import fields_help, presets_help
+from training.cli.errors import add_debug_flag, run_reporting_errors
 
 # A time budget counts from the command's start, imports included.
 STARTED_AT = time.time()
@@ -98,7 +98,7 @@ def _run(args):
     if args.command == "predict":
         return _predict(args)
     if args.command == "evaluate":
-        from training.run_dir import load_run
+        from training.runs.run_dir import load_run
 
         run = load_run(args.run_dir)
         print(json.dumps({k: v for k, v in run.metrics.items() if k != "history"}, indent=2))
@@ -117,19 +117,19 @@ def _run(args):
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2,
                          ensure_ascii=False))
         return 0
-    from training.main_job import run_main_job
+    from training.cli.main_job import run_main_job
 
     return run_main_job(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
 
 
 def _predict(args):
-    from training.predict import SavedModelPredictor, read_inputs
+    from training.runs.predict import SavedModelPredictor, read_inputs
 
     inputs = read_inputs(args.inputs, args.input)
     if args.saved_model:
         predictor = SavedModelPredictor(args.saved_model)
     else:
-        from training.run_dir import load_run
+        from training.runs.run_dir import load_run
 
         predictor = load_run(args.run_dir)
     for line in predictor.predict(inputs, beam_size=args.beam, batch_size=args.batch_size):

@@ -182,7 +182,7 @@ class Run:
     """What a finished run directory holds, loaded.
 
     `task` is the config's task name; `predict` answers raw inputs through
-    it (`training.predict`).
+    it (`training.runs.predict`).
     """
 
     run_dir: str
@@ -203,9 +203,9 @@ class Run:
 
         Returns:
             A list of strings, the same the run's SavedModel gives
-            (`training.predict.predict_saved_model`).
+            (`training.runs.predict.predict_saved_model`).
         """
-        from training.predict import predict_run
+        from training.runs.predict import predict_run
 
         return predict_run(self, inputs, beam_size=beam_size, batch_size=batch_size)
 
@@ -215,7 +215,7 @@ def load_run(run_dir):
     import keras
 
     import keras_transformer  # noqa: F401  (registers the serializable classes)
-    import training.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
+    import training.recipe.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
     from training.tasks import get_task
 
     run_dir = os.fspath(run_dir)

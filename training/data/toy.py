@@ -15,7 +15,7 @@ trailing 1 is "eins" and a 1 inside a compound is "ein" ("ein und zwanzig",
 Example:
 
 ```python
-from training.toy_data import generate_pairs, write_toy_corpus
+from training.data.toy import generate_pairs, write_toy_corpus
 
 generate_pairs(2, seed=0)
 # [("she has read seven thousand eight hundred ninety pages today",
@@ -187,7 +187,7 @@ def write_toy_corpus(directory, n_train=20000, n_valid=500, n_test=500, seed=0):
     """Writes disjoint train/valid/test splits as `<split>.src` / `<split>.tgt`.
 
     The files are UTF-8, one sentence per line, line i of `.src` aligned with
-    line i of `.tgt`; read them back with `training.text_files.read_parallel`.
+    line i of `.tgt`; read them back with `training.data.readers.read_parallel`.
 
     Args:
         directory: Output folder, created when missing.

@@ -5,8 +5,8 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer.decoding import beam_search, greedy_search
-from training.detokenize import detokenize_punctuation
-from training.moses_tokenize import moses_tokenize
+from training.text.detokenize import detokenize_punctuation
+from training.text.moses import moses_tokenize
 
 #: Sentences per decoding call.
 DECODE_BATCH = 64
