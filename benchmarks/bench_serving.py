@@ -9,7 +9,7 @@ lengths are printed, and equal lengths mean equal work):
 
   group "saved_model" (strings in, strings out; tokenizer, cached greedy
   loop and detokenizer in one graph), batch 1 and batch 32:
-    in_process    `export.serving.TranslatorModule(model, tokenizer).translate`
+    in_process    `training.serving.signatures.TranslatorModule(model, tokenizer).translate`
     saved_model   the same module written by `export.saved_model.
                   export_saved_model` and reloaded with `tf.saved_model.load`
                   (its `serving_default` signature), in this process.
@@ -19,7 +19,7 @@ lengths are printed, and equal lengths mean equal work):
                   `in_process`.
 
   group "tflite" (ids in, ids out, batch 1, source length fixed at 20):
-    tflite_float32  `export.tflite.translator_tflite(model, "none")` in the
+    tflite_float32  `training.serving.tflite_programs.translator_tflite(model, "none")` in the
                     LiteRT `Interpreter` (2 threads)
     tflite_int8     the same with `quantize="int8"` (dynamic range)
     saved_model_ids the SavedModel's `translate_ids` signature, for reference
@@ -69,8 +69,8 @@ def main():
         from ai_edge_litert.interpreter import Interpreter
 
         from export.saved_model import export_saved_model
-        from export.serving import TranslatorModule
-        from export.tflite import translator_tflite
+        from training.serving.signatures import TranslatorModule
+        from training.serving.tflite_programs import translator_tflite
     except ImportError as error:
         print(f"SKIPPED: export/ or LiteRT is not available ({error}).")
         return

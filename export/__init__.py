@@ -8,15 +8,10 @@ TensorFlow:
 - `export.tflite_verify.verify_tflite`: LiteRT interpreter vs Keras.
 - `export.verify.verify_saved_model`: fresh process and `saved_model_cli`
   vs Keras.
-- `export.serving`: the `TranslatorModule` and `ClassifierModule` served.
 
 What an export serves depends on its task, a key of `training.tasks.TASKS`
 ("translation", "classification", "timeseries", or "image" for a
 `VisionTransformer`, exported through the library functions only since no
-training run makes one); the exporters ask the task for its serving module,
-TFLite function and verification inputs.
+training run makes one); the exporters ask the task for its serving module
+(`training.serving`), TFLite program and verification inputs.
 """
-
-# The `.tflite` weight types (a light constant, used by the command line
-# before TensorFlow is imported).
-QUANTIZATIONS = ("none", "float16", "int8")

@@ -16,8 +16,9 @@ output or a bad argument prints `error: <message>` and exits with 2;
 import argparse
 import json
 
-from export import QUANTIZATIONS
 from training.cli.errors import add_debug_flag, run_reporting_errors
+from training.cli.quiet import quiet_tensorflow
+from training.serving import QUANTIZATIONS
 
 
 def _load_run(run_dir):
@@ -121,4 +122,5 @@ def main(argv=None):
         The process exit status.
     """
     args = build_parser().parse_args(argv)
+    quiet_tensorflow(args.debug)
     return run_reporting_errors(lambda: args.handler(args), debug=args.debug)

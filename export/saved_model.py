@@ -25,7 +25,7 @@ from training.tasks import get_task
 
 
 def build_serving_module(model, tokenizer, task, label_names=None):
-    """The inference `tf.Module` for `task` (see `export.serving`).
+    """The inference `tf.Module` for `task` (see `training.serving.signatures`).
 
     Args:
         model: A `Transformer` (translation), `TransformerClassifier`

@@ -12,8 +12,8 @@ import numpy as np
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
-from export.serving import fill_empty_rows_numpy
 from keras_transformer.decoding import greedy_search
+from training.serving.signatures import fill_empty_rows_numpy
 
 # Largest |TFLite - Keras| class probability accepted, by weight type. The
 # float32 bound is summation-order noise; the others are loose enough for

@@ -8,7 +8,7 @@ module, `Task.outputs` of the run's task (`training.tasks`): tokenize -> cut
 to `max_sequence_length` -> greedy search with max length min(S + 50,
 `max_sequence_length`) -> detokenize for a translator; `model.probabilities`
 for a classifier (token, numeric or image input).  The inputs are the task's
-`probe_inputs`: in-vocabulary sentences plus `PROBES`, random series, or
+`probe_inputs`: in-vocabulary sentences plus `training.tasks.common.PROBES`, random series, or
 random images.
 """
 
@@ -23,15 +23,6 @@ import numpy as np
 from export import fresh_process
 from export.saved_model_cli import run_saved_model_cli
 from training.tasks import get_task
-
-PROBES = (
-    "",
-    "a",
-    "two words",
-    "Ünïcödé, emoji 😀 and 中文 mixed",
-    "   \t  ",
-    "[START] [END] [PAD] [UNK]",
-)
 
 
 def reference_outputs(model, tokenizer, task, examples, label_names=None):

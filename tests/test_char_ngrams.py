@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 from export.saved_model import export_saved_model
-from export.serving import fill_empty_rows_numpy, replace_invalid_ids
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.config import TrainingConfig, load_config
 from training.runs.run_dir import load_run
+from training.serving.signatures import fill_empty_rows_numpy, replace_invalid_ids
 from training.tasks import get_task
 from training.tasks.common import token_ids
 from training.text.tokenizers import (

@@ -219,3 +219,22 @@ def test_a_bare_path_for_a_files_field_is_one_file():
     assert config.valid_files == ("v.tsv",)
     assert TrainingConfig(dataset="files", train_files=("a", "b")).replace(
         test_files="t.tsv").test_files == ("t.tsv",)
+
+
+@pytest.mark.slow
+def test_commands_hide_tensorflow_start_up_lines_unless_asked(tmp_path):
+    """Only the line the user asked for; a TF_CPP_MIN_LOG_LEVEL they set is theirs."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    command = [sys.executable, "-m", "training", "evaluate", "--run-dir", str(tmp_path)]
+
+    def run(extra_env):
+        result = subprocess.run(command, env={**env, **extra_env}, capture_output=True,
+                                text=True, timeout=300, cwd=REPO_ROOT)
+        assert result.returncode == 2, result.stderr
+        return result.stderr.splitlines()
+
+    quiet = run({})
+    assert len(quiet) == 1 and quiet[0].startswith("error: No trained model"), quiet
+    # TensorFlow's own lines are there when the user sets the level.
+    assert len(run({"TF_CPP_MIN_LOG_LEVEL": "0"})) > 1

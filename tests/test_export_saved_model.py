@@ -29,9 +29,10 @@ import export.saved_model
 from export import cli
 from export.saved_model import export_saved_model
 from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
-from export.verify import PROBES, compare_outputs, reference_outputs, verify_saved_model
+from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import TransformerClassifier
+from training.tasks.common import PROBES
 from training.text.detokenize import detokenize_punctuation
 from training.text.tokenizers import WordPieceTokenizer
 

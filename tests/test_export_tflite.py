@@ -21,9 +21,10 @@ from export_fixtures import (
 
 import export.atomic
 from export import cli
-from export.tflite import export_tflite, translator_output_length
+from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
-from export.verify import PROBES
+from training.serving.tflite_programs import translator_output_length
+from training.tasks.common import PROBES
 
 EXAMPLES = SENTENCES[:10] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
 SOURCE_LENGTH = 12  # Static S of the translator: L = min(12 + 50, 24) = 24.

@@ -11,6 +11,12 @@ import tensorflow as tf
 from training.config import TrainingConfig
 from training.recipe import adaptive, budget
 from training.recipe.schedule import WarmupLinearSchedule
+from training.tasks import get_task
+
+
+def _resolve(config, *sizes):
+    """`adaptive.resolve` for the config's own task."""
+    return adaptive.resolve(config, get_task(config.task), *sizes)
 
 
 def test_peak_learning_rate_scales_with_width_and_small_batches():
@@ -33,16 +39,16 @@ def test_a_text_classifiers_peak_does_not_fall_with_short_sentences():
     long reviews get the same peak; a translation batch of few target tokens
     gets a smaller one."""
     text = TrainingConfig(task="classification")
-    peaks = {tokens: adaptive.resolve(text, 128, tokens, 1000)["peak_learning_rate"]
+    peaks = {tokens: _resolve(text, 128, tokens, 1000)["peak_learning_rate"]
              for tokens in (96, 343, 668, 4096)}
     assert list(peaks.values()) == pytest.approx([1e-3 * math.sqrt(2)] * 4)
-    assert adaptive.resolve(text, 128, 343, 1000)["batch_tokens"] == 343  # still recorded
+    assert _resolve(text, 128, 343, 1000)["batch_tokens"] == 343  # still recorded
     translation = TrainingConfig(task="translation")
-    assert adaptive.resolve(translation, 128, 343, 1000)["peak_learning_rate"] == pytest.approx(
+    assert _resolve(translation, 128, 343, 1000)["peak_learning_rate"] == pytest.approx(
         1e-3 * math.sqrt(2) * math.sqrt(343 / 1024))
     # A given peak wins either way.
     given = text.replace(learning_rate=3e-4)
-    assert adaptive.resolve(given, 128, 343, 1000)["peak_learning_rate"] == 3e-4
+    assert _resolve(given, 128, 343, 1000)["peak_learning_rate"] == 3e-4
 
 
 @pytest.mark.parametrize(
@@ -54,16 +60,16 @@ def test_warmup_is_a_share_with_floor_and_ceiling(total, expected):
 
 
 def test_resolve_fills_only_what_is_unset():
-    auto = adaptive.resolve(TrainingConfig(task="translation"), 256, 4096, 1000)
+    auto = _resolve(TrainingConfig(task="translation"), 256, 4096, 1000)
     assert auto["peak_learning_rate"] == pytest.approx(1e-3)
     assert auto["warmup_steps"] == 100 and auto["weight_decay"] == 1e-4
     given = TrainingConfig(learning_rate=3e-4, warmup_steps=50, weight_decay=0.0)
-    values = adaptive.resolve(given, 256, 4096, 1000)
+    values = _resolve(given, 256, 4096, 1000)
     assert (values["peak_learning_rate"], values["warmup_steps"], values["weight_decay"]) == (
         3e-4, 50, 0.0)
-    paper = adaptive.resolve(TrainingConfig(schedule="paper"), 512, 25000, 100000)
+    paper = _resolve(TrainingConfig(schedule="paper"), 512, 25000, 100000)
     assert paper["peak_learning_rate"] == pytest.approx(512**-0.5 * 4000**-0.5)
-    assert adaptive.resolve(TrainingConfig(task="classification"), 64, 512, 100)["weight_decay"] == 0.01
+    assert _resolve(TrainingConfig(task="classification"), 64, 512, 100)["weight_decay"] == 0.01
 
 
 def _rates(schedule, steps):

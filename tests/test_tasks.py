@@ -65,7 +65,7 @@ def test_recipe_defaults_name_config_fields(name):
     fields = {f.name for f in dataclasses.fields(TrainingConfig)}
     assert set(defaults) <= fields and "weight_decay" in defaults
     config = TrainingConfig(task=name, dataset=get_task(name).datasets[0])
-    assert adaptive.resolve(config, 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
+    assert adaptive.resolve(config, get_task(config.task), 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
 
 
 def test_task_only_fields_are_refused_where_unused():

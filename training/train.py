@@ -154,7 +154,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         with strategy.scope():
             model, loss, metrics, hidden_dim = _build(config, task, data)
             if plan is None or "schedule" not in plan:  # none, or only its depth
-                plan = adaptive.resolve(config, hidden_dim, batch_tokens, max_steps)
+                plan = adaptive.resolve(config, task, hidden_dim, batch_tokens, max_steps)
                 plan["planned"] = config.time_budget_minutes is None
             schedule = adaptive.build_schedule(config, hidden_dim, plan)
             optimizer = adaptive.build_optimizer(schedule, plan["weight_decay"])

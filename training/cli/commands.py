@@ -11,7 +11,8 @@
     python -m training train --help              # every config field, documented
 
 A bad config value, data file or model size prints `error: <message>` and
-exits with 2; `--debug` shows the traceback instead.
+exits with 2; `--debug` shows the traceback instead, and TensorFlow's start-up
+lines, which the commands otherwise hide (`training.cli.quiet`).
 """
 
 import argparse
@@ -21,6 +22,7 @@ import time
 
 from training.cli.config_help import fields_help, presets_help
 from training.cli.errors import add_debug_flag, run_reporting_errors
+from training.cli.quiet import quiet_tensorflow
 
 # A time budget counts from the command's start, imports included.
 STARTED_AT = time.time()
@@ -88,6 +90,8 @@ def _parser():
 def main(argv=None):
     """Parses `argv` (default `sys.argv[1:]`) and runs the command; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command != "presets":
+        quiet_tensorflow(args.debug)
     return run_reporting_errors(lambda: _run(args), debug=args.debug)
 
 

@@ -81,15 +81,12 @@ def warmup_steps(total_steps, share=WARMUP_SHARE):
     return int(max(1, min(PAPER_WARMUP, max(round(share * total_steps), floor))))
 
 
-def _task(name):
-    from training.tasks import get_task  # on use: a task may import this module
+def resolve(config, task, hidden_dim, batch_tokens, total_steps):
+    """The schedule and optimizer values a run uses (a JSON-able dict).
 
-    return get_task(name)
-
-
-def resolve(config, hidden_dim, batch_tokens, total_steps):
-    """The schedule and optimizer values a run uses (a JSON-able dict)."""
-    task = _task(config.task)
+    `task` (a `training.tasks.Task`) says whether the peak scales with the
+    batch's tokens and gives its default weight decay.
+    """
     if config.schedule == "paper":
         warmup = config.warmup_steps or PAPER_WARMUP
         peak = TransformerSchedule(hidden_dim, warmup, config.learning_rate_scale)

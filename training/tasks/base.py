@@ -249,7 +249,7 @@ class Task:
     # --- export -----------------------------------------------------------------
 
     def serving_module(self, model):
-        """The inference `tf.Module` a SavedModel serves (`export.serving`)."""
+        """The inference `tf.Module` a SavedModel serves (`training.serving.signatures`)."""
         raise NotImplementedError
 
     def class_names(self, model):

@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from training.recipe.losses import SparseSmoothedCrossentropy
+from training.serving import signatures, tflite_programs
 from training.tasks.common import preset_config, with_cardinality
 
 
@@ -100,10 +101,8 @@ def test_metrics(task, config, model, data):
 
 
 def class_names(model, label_names):
-    """`export.serving.class_names`: one name per class, as served."""
-    from export.serving import class_names  # On use: export imports the tasks.
-
-    return class_names(model, label_names)
+    """`training.serving.signatures.class_names`: one name per class, as served."""
+    return signatures.class_names(model, label_names)
 
 
 def outputs(model, inputs, label_names):
@@ -131,17 +130,13 @@ def format_outputs(outputs):
 
 
 def serving_module(model, tokenizer, label_names):
-    """`export.serving.ClassifierModule` with the task's class names."""
-    from export.serving import ClassifierModule  # On use: export imports the tasks.
-
-    return ClassifierModule(model, tokenizer, class_names(model, label_names))
+    """`training.serving.signatures.ClassifierModule` with the task's class names."""
+    return signatures.ClassifierModule(model, tokenizer, class_names(model, label_names))
 
 
 def tflite_model(model, quantize, sequence_length, batch_size):
-    """`export.tflite.classifier_tflite`: inputs -> probabilities."""
-    from export.tflite import classifier_tflite  # On use: export imports the tasks.
-
-    return classifier_tflite(model, quantize, sequence_length, batch_size)
+    """`training.serving.tflite_programs.classifier_tflite`: inputs -> probabilities."""
+    return tflite_programs.classifier_tflite(model, quantize, sequence_length, batch_size)
 
 
 class OutOfFold:

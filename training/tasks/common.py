@@ -16,6 +16,17 @@ from training.text.tokenizers import (
     load_tokenizer,
 )
 
+# Strings every export must survive (empty, blank, unseen scripts, the
+# reserved tokens); the verifiers feed them beside in-vocabulary examples.
+PROBES = (
+    "",
+    "a",
+    "two words",
+    "Ünïcödé, emoji 😀 and 中文 mixed",
+    "   \t  ",
+    "[START] [END] [PAD] [UNK]",
+)
+
 
 def preset_config(config, **fixed):
     """The model preset with the config's overrides and `max_sequence_length`."""
@@ -59,7 +70,7 @@ def with_cardinality(dataset):
 def token_ids(tokenizer, sentences, max_sequence_length):
     """Strings -> `(N, max(S, 1))` int32 ids cut to `max_sequence_length`, 0-padded.
 
-    As the SavedModel's tokenizer-in-the-graph does it (`export.serving`): a
+    As the SavedModel's tokenizer-in-the-graph does it (`training.serving.signatures`): a
     batch of empty sentences still has one (padding) column.
     """
     ragged = tokenizer.tokenize(tf.constant(list(sentences), tf.string))
@@ -67,10 +78,6 @@ def token_ids(tokenizer, sentences, max_sequence_length):
     return np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))] + [(0, 0)] * (ids.ndim - 2))
 
 
-def word_ids(ids):
-    """The token ids of a numpy `(N, S)` array, or the token column (a view)
-    of `CharNGramTokenizer`'s packed `(N, S, 1 + G)` ids."""
-    return ids if ids.ndim == 2 else ids[..., 0]
 
 
 def text_input(example):
@@ -85,8 +92,7 @@ def text_input(example):
 
 
 def text_probes(tokenizer, num_examples, seed):
-    """In-vocabulary sentences plus `export.verify.PROBES` (hostile strings)."""
-    from export.verify import PROBES  # Imported on use: export imports the tasks.
+    """In-vocabulary sentences plus `PROBES` (hostile strings)."""
 
     rng = np.random.default_rng(seed)
     words = [t for t in tokenizer.vocabulary if t.isalpha() and not t.startswith("[")]
@@ -94,3 +100,4 @@ def text_probes(tokenizer, num_examples, seed):
         " ".join(rng.choice(words, size=rng.integers(1, 8))) for _ in range(num_examples)
     ]
     return sentences + list(PROBES)
+

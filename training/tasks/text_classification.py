@@ -9,6 +9,7 @@ from training.data import readers
 from training.data.common import TaskData, require_file, resolve_data_dir
 from training.pipeline import datasets
 from training.recipe.series import ENSEMBLE_SIZE
+from training.serving.signatures import fill_empty_rows_numpy
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
@@ -16,8 +17,8 @@ from training.tasks.common import (
     text_input,
     text_probes,
     token_ids,
-    word_ids,
 )
+from training.text.tokenizers import word_ids
 
 #: Without a validation file every HOLD_OUT_EVERY-th training sentence
 #: validates instead of training; a file of fewer than
@@ -282,11 +283,8 @@ class TextClassification(Task):
 
     def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
         """Probabilities and labels; a sentence without tokens reads as one `[UNK]`,
-        as served (`export.serving.fill_empty_rows`)."""
+        as served (`training.serving.signatures.fill_empty_rows`)."""
         self.check_beam_size(beam_size)
-        # Imported on use: export imports the tasks.
-        from export.serving import fill_empty_rows_numpy
-
         ids = token_ids(self.tokenizer, examples, int(model.max_sequence_length))
         return classifiers.outputs(model, fill_empty_rows_numpy(ids), self.label_names)
 

@@ -29,6 +29,8 @@ from training.recipe.losses import (
     MaskedPerplexity,
     MaskedSparseCategoricalCrossentropy,
 )
+from training.serving.signatures import BEAM_SIZE, TranslatorModule
+from training.serving.tflite_programs import translator_tflite
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
@@ -341,8 +343,6 @@ class Translation(Task):
             raise ValueError(f"beam_size must be a positive integer; received {beam_size!r}.")
 
     def signature_name(self, beam_size=1):
-        from export.serving import BEAM_SIZE  # On use: export imports the tasks.
-
         self.check_beam_size(beam_size)
         if beam_size == 1:
             return "serving_default"
@@ -372,15 +372,11 @@ class Translation(Task):
         return {"sentences": np.asarray(list(examples), dtype=object)}
 
     def serving_module(self, model):
-        from export.serving import TranslatorModule  # On use: export imports the tasks.
-
         if self.tokenizer is None:
             raise ValueError("task='translation' needs the tokenizer; received tokenizer=None.")
         return TranslatorModule(model, self.tokenizer)
 
     def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        from export.tflite import translator_tflite  # On use: export imports the tasks.
-
         return translator_tflite(model, quantize, sequence_length, batch_size)
 
     def probe_inputs(self, model, num_examples=6, seed=0):

@@ -561,3 +561,8 @@ class CharNGramTokenizer(tf.Module):
         }
         with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
+
+def word_ids(ids):
+    """The token ids of a numpy `(N, S)` array, or the token column (a view)
+    of `CharNGramTokenizer`'s packed `(N, S, 1 + G)` ids."""
+    return ids if ids.ndim == 2 else ids[..., 0]

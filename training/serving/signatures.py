@@ -16,8 +16,8 @@ import tensorflow as tf
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
-from training.tasks.common import word_ids
 from training.text.detokenize import detokenize_ids
+from training.text.tokenizers import word_ids
 
 # Section 6.1: "maximum output length ... input length + 50".
 EXTRA_OUTPUT_LENGTH = 50

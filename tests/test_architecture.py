@@ -1,0 +1,168 @@
+"""The package's layers point only down, and no module imports itself back.
+
+Every import of the package's modules is read from the source (top-level
+and inside functions alike, so an import "on use" cannot hide a cycle),
+and checked against the layers of docs/architecture.md, lowest first.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("keras_transformer", "training", "export")
+
+# Lowest first; a module may import its own layer or one below it.  A
+# module belongs to the longest prefix that names it.
+LAYERS = (
+    ("training", "export"),  # the packages' own (empty) __init__ files
+    ("keras_transformer",),  # the modeling library: layers, models, decoding
+    ("training.data",),
+    ("training.text",),
+    ("training.pipeline",),
+    ("training.recipe",),
+    ("training.monitor",),
+    ("training.serving",),
+    ("training.tasks",),
+    ("training.config",),
+    ("training.runs",),
+    ("training.distribute", "training.train"),
+    ("export.atomic", "export.fresh_process", "export.saved_model_cli", "export.serving_ops",
+     "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify"),
+    ("training.cli", "export.cli", "training.__main__", "export.__main__"),
+)
+
+
+def _modules():
+    """{dotted name: path} of every module of the package."""
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _imports(name, path, modules):
+    """{imported module: line} of the package's modules that `name` imports."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = {}
+
+    def add(target, line):
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.setdefault(target, line)
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                add(full if full in modules else base, node.lineno)
+    return found
+
+
+def _graph():
+    modules = _modules()
+    return modules, {n: _imports(n, p, modules) for n, p in modules.items()}
+
+
+def _layer(name):
+    best = None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > len(best[1]):
+                    best = (index, prefix)
+    return None if best is None else best[0]
+
+
+def find_cycle(graph):
+    """One import cycle as a list of modules (first == last), or None."""
+    state = {}  # 1: on the current path, 2: done
+    path = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_import_cycle():
+    _, graph = _graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": 1}, "b": {}}) is None
+
+
+def test_every_module_has_a_layer():
+    modules, _ = _graph()
+    assert [m for m in sorted(modules) if _layer(m) is None] == []
+
+
+def test_imports_point_down():
+    modules, graph = _graph()
+    upward = [
+        f"{modules[name].relative_to(ROOT)}:{line} imports {target} "
+        f"(layer {_layer(target)} above {_layer(name)})"
+        for name, targets in sorted(graph.items())
+        for target, line in sorted(targets.items())
+        if _layer(target) > _layer(name)
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize("source, target", [
+    ("import training.train\n", "training.train"),
+    ("def f():\n    from training.tasks import get_task\n", "training.tasks"),
+    ("from .tokenizers import word_ids\n", "training.text.tokenizers"),
+])
+def test_imports_are_read_inside_functions_and_relative(tmp_path, source, target):
+    path = tmp_path / "detokenize.py"
+    path.write_text(source)
+    modules = {"training.train": None, "training.tasks": None,
+               "training.text.tokenizers": None, "training.text.detokenize": path}
+    assert target in _imports("training.text.detokenize", path, modules)
+
+
+def test_the_modeling_library_uses_no_tensorflow():
+    """keras_transformer's layers, models and decoding are keras.ops only (JAX too)."""
+    offenders = []
+    for path in (ROOT / "keras_transformer").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
+                          if n.split(".")[0] in ("tensorflow", "tensorflow_text")]
+    assert offenders == []
