@@ -1,19 +1,35 @@
-"""README.md and the results history point at things that exist.
+"""README.md and the documents under docs/ point at things that exist.
 
-The Results table gives short cells and links to `benchmarks/results/HISTORY.md`
-for the runs behind them; a renamed heading or a moved result file would
-leave a reader at a dead link.  These checks read the Markdown only.
+The README's results table gives one-line cells and links to `docs/results.md`
+and `docs/experiment-log.md` for the runs behind them; a renamed heading or a
+moved result file would leave a reader at a dead link.  These checks read the
+Markdown only, except the last, which reads every tracked text file.
 """
 
 import functools
 import re
+import subprocess
 
 import pytest
 
 from tests.conftest import REPO_ROOT
 
-DOCS = ("README.md", "benchmarks/results/HISTORY.md")
+DOCS = (
+    "README.md",
+    "docs/architecture.md",
+    "docs/experiment-log.md",
+    "docs/guide.md",
+    "docs/recipe.md",
+    "docs/results.md",
+    "notebooks/README.md",
+)
 RESULTS = REPO_ROOT / "benchmarks" / "results"
+LOG = REPO_ROOT / "docs" / "experiment-log.md"
+#: The README stays a page a user reads: the details live under docs/.
+README_MAX_BYTES = 13_000
+README_MAX_LINE = 400
+#: The project's history is told by dates and by what changed, not by work sessions.
+SESSION_NUMBER = re.compile(r"sessions? [0-9]+", flags=re.I)
 #: A repository path in backticks: `training/recipe/adaptive.py`, `benchmarks/results/x.json`.
 REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests)/[\w./-]+)`")
 #: A results file named alone: `quality_translation_de-en_10_run12.json`.
@@ -62,10 +78,60 @@ def test_named_paths_and_result_files_exist(doc):
     assert not missing, f"{doc} names files that do not exist: {sorted(set(missing))}"
 
 
-def test_readme_links_every_section_of_the_history():
-    """Each section of HISTORY.md holds the runs behind one README row, which links to it."""
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    history = (RESULTS / "HISTORY.md").read_text(encoding="utf-8")
-    sections = {github_anchor(h) for h in re.findall(r"^## (.+)$", history, flags=re.M)}
+def test_every_section_of_the_experiment_log_is_linked():
+    """Each section of the experiment log holds the runs behind a result, which links to it."""
+    sections = {github_anchor(h) for h in re.findall(r"^## (.+)$", LOG.read_text(encoding="utf-8"), flags=re.M)}
     assert len(sections) >= 6
-    assert set(re.findall(r"HISTORY\.md#([\w-]+)", readme)) == sections
+    linked = set()
+    for doc in DOCS:
+        text = (REPO_ROOT / doc).read_text(encoding="utf-8")
+        linked |= set(re.findall(r"experiment-log\.md#([\w-]+)", text))
+    assert sections <= linked, f"sections no document links to: {sorted(sections - linked)}"
+
+
+def test_readme_stays_short():
+    readme = (REPO_ROOT / "README.md").read_bytes()
+    assert len(readme) < README_MAX_BYTES, f"README.md is {len(readme)} bytes; move details under docs/"
+    long_lines = [
+        (number, len(line))
+        for number, line in enumerate(readme.decode("utf-8").splitlines(), start=1)
+        if len(line) > README_MAX_LINE
+    ]
+    assert not long_lines, f"README.md lines over {README_MAX_LINE} characters (line, length): {long_lines}"
+
+
+def test_readme_gives_the_ci_test_command():
+    """`.ci/run` runs exactly the test command the README gives a fresh machine."""
+    ci_lines = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    command = ci_lines[-1].strip()
+    assert command.startswith("python3 -m pip install") and "pytest" in command
+    readme_blocks = re.findall(r"```bash\n(.*?)```", (REPO_ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
+    assert any(block.strip() == command for block in readme_blocks), (
+        f"README.md has no bash block holding exactly the CI command {command!r}"
+    )
+
+
+def tracked_text_files():
+    """(path, text) of every file git tracks, binary files left out."""
+    names = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, names):
+        path = REPO_ROOT / name.decode("utf-8")
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue
+        yield name.decode("utf-8"), data.decode("utf-8", errors="replace")
+
+
+def test_no_file_names_a_work_session():
+    found = [
+        f"{name}:{number}: {match.group(0)}"
+        for name, text in tracked_text_files()
+        for number, line in enumerate(text.splitlines(), start=1)
+        for match in [SESSION_NUMBER.search(line)]
+        if match
+    ]
+    assert not found, "files that name a session instead of a date or a change:\n" + "\n".join(found)

@@ -373,7 +373,7 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
     started = time.time()
     # On a machine that slows down after the plan is made, the end-of-run
     # guard leaves the beam search out rather than overrun the budget (a CI
-    # run of session 27 came to the test's beams with 0 s left; alone, the
+    # run on 2026-11-27 came to the test's beams with 0 s left; alone, the
     # same run ends 6-7 s early).  That warning, and no other, is allowed,
     # and metrics.json must then say so.
     with warnings.catch_warnings(record=True) as caught:

@@ -209,7 +209,7 @@ class TrainingConfig:
     # ids of its character 3-5-grams, whose mean vector is added to its
     # embedding (`CharNGramTokenizer`, TransformerClassifier
     # `char_ngram_buckets`; fastText's sub-word vectors); the number of hash
-    # buckets, 0: none.  The text presets use 16,384 (session 28).
+    # buckets, 0: none.  The text presets use 16,384 (since 2026-11-27).
     char_ngram_buckets: int = 0
 
     def to_dict(self):

@@ -8,7 +8,7 @@ approximate sequence length ... each training batch contained ... approximately
 25000 source tokens and 25000 target tokens"), which wastes far less compute
 on padding than fixed-length batches (`padding_fraction` measures it).
 
-Element layout (ARCHITECTURE.md):
+Element layout (docs/architecture.md):
     features["encoder_token_ids"]  (B, S) int32  x1 .. xm, 0-padded
     features["decoder_token_ids"]  (B, T) int32  [START] y1 .. yn, 0-padded
     labels                         (B, T) int32  y1 .. yn [END], 0-padded

@@ -64,7 +64,7 @@ class TextClassification(Task):
     cross_fit_members = None
     #: One loss term per sentence: a batch of 32 short questions is no
     #: noisier than 32 long reviews, so the peak follows the width alone
-    #: (session 17: Kim's four other sets +0.3 mean test; TREC's ~343-token
+    #: (2026-11-26: Kim's four other sets +0.3 mean test; TREC's ~343-token
     #: batches had cut it from 1.41e-3 to 8.2e-4).
     peak_scales_with_batch_tokens = False
 

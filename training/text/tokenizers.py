@@ -3,7 +3,7 @@
 The tokenizers are `tf.Module`s whose methods are `tf.function`s with fixed
 input signatures, so the same graph code runs eagerly, inside `tf.data`
 (`dataset.map`) and inside an exported SavedModel that takes and returns
-strings. Ids follow ARCHITECTURE.md: 0 `[PAD]`, 1 `[UNK]`, 2 `[START]`,
+strings. Ids follow docs/architecture.md: 0 `[PAD]`, 1 `[UNK]`, 2 `[START]`,
 3 `[END]`; `tokenize` never adds `[START]`/`[END]` (the pipeline does).
 
 Text is normalised before word-piece splitting, identically when learning
@@ -328,7 +328,7 @@ def _text_ids(ids, vocabulary_size):
 def _check_reserved(vocabulary):
     if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
         raise ValueError(
-            f"The vocabulary must start with {list(RESERVED_TOKENS)} (ARCHITECTURE.md "
+            f"The vocabulary must start with {list(RESERVED_TOKENS)} (docs/architecture.md "
             f"token ids), received {list(vocabulary[: len(RESERVED_TOKENS)])}."
         )
 
@@ -440,7 +440,7 @@ def load_tokenizer(directory):
 class SentencePieceTokenizer(tf.Module):
     """Wraps an existing SentencePiece `.model` (no training here).
 
-    The model must have been trained with the ids of ARCHITECTURE.md:
+    The model must have been trained with the ids of docs/architecture.md:
     `--pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3`.
 
     Args:
