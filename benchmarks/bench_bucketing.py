@@ -27,7 +27,7 @@ systematic sample, so that a full Multi30k epoch fits in minutes on a 2-core
 CPU; batches are shuffled across buckets, and the sample includes the
 partial batches at the end); `--every 1` trains on the whole epoch.
 
-Data: /work/shared/data/multi30k/train.{de,en}.gz via
+Data: ../shared/data/multi30k/train.{de,en}.gz via
 `training.data.readers.read_parallel`; the script exits with a message if
 they are absent.  The vocabulary is learned on the first run (seconds)
 on the whole training set and cached under /tmp/keras_transformer_bench/.
@@ -48,8 +48,6 @@ import keras
 import numpy as np
 
 DATA = os.path.join(os.path.dirname(common.REPO_ROOT), "shared", "data", "multi30k")
-if not os.path.isdir(DATA):
-    DATA = "/work/shared/data/multi30k"
 CACHE = "/tmp/keras_transformer_bench"
 MAX_SEQUENCE_LENGTH = 64
 TOKENS_PER_BATCH = 4096

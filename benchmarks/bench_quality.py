@@ -65,8 +65,6 @@ from baselines import (
 )
 
 SHARED = os.path.join(os.path.dirname(common.REPO_ROOT), "shared", "data")
-if not os.path.isdir(SHARED):
-    SHARED = "/work/shared/data"
 PEER = os.path.join(common.REPO_ROOT, "benchmarks", "quality_peer.py")
 UCR_SETS = ("ArrowHead", "OSULeaf", "ACSF1")
 QUICK_PEER_MINUTES = 0.5

@@ -14,7 +14,7 @@ appended to `--out` (benchmarks/results/series_recipe.jsonl).
 Usage (from the repository root):
 
     python3 benchmarks/bench_series_recipe.py                  # the shared sets
-    python3 benchmarks/bench_series_recipe.py --dirs /work/exp/ucr-extra --names GunPoint
+    python3 benchmarks/bench_series_recipe.py --dirs ../ucr-extra --names GunPoint
 """
 
 import argparse

@@ -16,7 +16,7 @@ the new learner, on the first N sentences of each language, for a
 like-for-like ratio: the old learner took 78 s (English) + 349 s (German)
 on the whole corpus, so it is not run on all of it.
 
-Data: /work/shared/data/multi30k/train.{de,en}.gz (the script exits with a
+Data: ../shared/data/multi30k/train.{de,en}.gz (the script exits with a
 message if they are absent).
 
     python3 benchmarks/bench_vocabulary.py [--quick] [--rounds R] [--old N]
@@ -32,8 +32,6 @@ import time
 import common
 
 DATA = os.path.join(os.path.dirname(common.REPO_ROOT), "shared", "data", "multi30k")
-if not os.path.isdir(DATA):
-    DATA = "/work/shared/data/multi30k"
 VOCABULARY_SIZE = 8000  # training/configs/multi30k.json
 LOWER_CASE = False
 

@@ -56,8 +56,6 @@ import tensorflow as tf
 from training.data.readers import read_lines, read_parallel
 
 DATA = os.path.join(os.path.dirname(common.REPO_ROOT), "shared", "data", "multi30k")
-if not os.path.isdir(DATA):
-    DATA = "/work/shared/data/multi30k"
 CACHE_DIR = os.path.join(common.REPO_ROOT, "benchmarks", ".cache")
 RESERVED_TOKENS = ["[PAD]", "[UNK]", "[START]", "[END]"]
 VOCABULARY_SIZE = 8000  # the example: 15000; the brief: 8k, like our preset
