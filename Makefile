@@ -10,7 +10,7 @@ main:
 	$(PY) -m pip install -e . && $(PY) -m training main
 
 test:
-	$(PY) -m pip install -e ".[dev]" && $(PY) -m pytest -q
+	$(PY) -m pip install -q -e ".[dev]" && $(PY) -m pytest -q
 
 test-fast:
 	$(PY) -m pytest -q -m "not slow"
