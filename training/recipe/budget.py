@@ -16,7 +16,9 @@
    exactly at the last planned update.  A run found short (fewer than
    `dropout_min_epochs` passes) trains without dropout.
    `preset_depth_is_long` says whether a run timed at its short-run depth
-   should build the preset's depth instead (`start_over`).
+   should build the preset's depth instead (`start_over`);
+   `finish_planning` then makes the plan final and the `Deadline` keep
+   the final evaluation's time.
 4. `settle`: the depth and dropout are recorded and `plan.json` written,
    so a killed run resumes with the same schedule and ends with the same
    weights.
