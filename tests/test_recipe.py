@@ -1,5 +1,6 @@
 """The adaptive recipe: peak learning rate, warm-up share, annealed schedule, budget plan."""
 
+import json
 import math
 import time
 
@@ -177,7 +178,7 @@ def test_step_timer_estimates_from_the_later_steps():
 
 def test_disable_dropout_turns_every_rate_off():
     from keras_transformer.models import Transformer
-    from training.train import _disable_dropout
+    from training.recipe.budget import disable_dropout
 
     model = Transformer(vocabulary_size=20, num_layers=1, hidden_dim=8, num_heads=2,
                         intermediate_dim=16, max_sequence_length=8, dropout=0.5)
@@ -185,7 +186,7 @@ def test_disable_dropout_turns_every_rate_off():
               "decoder_token_ids": np.array([[1, 7, 8, 9]])}
     first, second = (np.asarray(model(inputs, training=True)) for _ in range(2))
     assert not np.allclose(first, second)  # dropout acts
-    _disable_dropout(model)
+    disable_dropout(model)
     np.testing.assert_allclose(np.asarray(model(inputs, training=True)),
                                np.asarray(model(inputs, training=False)), rtol=1e-6)
 
@@ -193,7 +194,14 @@ def test_disable_dropout_turns_every_rate_off():
 def test_a_budgeted_plan_is_revised_from_the_measured_pace(monkeypatch):
     from types import SimpleNamespace
 
-    from training.train import _replan
+    from training.recipe.plan import Plan
+
+    def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch,
+                max_steps):
+        planner = budget.TimeBudget(config, budget.Stopwatch(), steps_per_epoch, plan,
+                                    deadline)
+        planner.timer, planner.max_steps = timer, max_steps
+        return planner.replan(schedule, checkpoint)
 
     # A stopped clock: the figures below count on no time passing between
     # the deadline's making and the plan (a loaded machine took ~0.1 s).
@@ -202,7 +210,7 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace(monkeypatch):
 
     config = TrainingConfig(task="translation", checkpoint_every_steps=1000)
     schedule = WarmupLinearSchedule(1e-3, 10, 100)
-    plan = {"total_steps": 100, "warmup_steps": 10, "seconds_per_validation": 2.0}
+    plan = Plan(total_steps=100, warmup_steps=10, seconds_per_validation=2.0)
     timer = budget.StepTimer()
     timer.times = list(np.cumsum([0.0] + [0.05] * 20))  # 0.05 s per update
     checkpoint = SimpleNamespace(step=50, save_seconds=[])
@@ -211,15 +219,15 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace(monkeypatch):
     assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
     # ~19.2 s usable at 0.05 s an update plus a 2 s validation every 50
     # updates (0.09 s an update) and one at the end: 173 more.
-    assert plan["total_steps"] - 50 == 173
-    assert plan["revisions"] == 1
+    assert plan.total_steps - 50 == 173
+    assert plan.revisions == 1
     # The schedule now ends annealed at the new last update.
-    assert float(schedule(plan["total_steps"])) == 0.0
+    assert float(schedule(plan.total_steps)) == 0.0
     assert float(schedule(100)) > 0.0
     # A slower machine shrinks the plan; a hopeless one leaves it to the deadline.
     timer.times = list(np.cumsum([0.0] + [0.5] * 20))
     assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
-    assert plan["total_steps"] - 50 < 40
+    assert plan.total_steps - 50 < 40
     deadline = budget.Deadline(time.time())
     assert not _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
 
@@ -290,3 +298,71 @@ def test_a_deadline_stop_leaves_the_epoch_end_validation_inside_the_budget():
     old, returned = stopped_fit(seconds_after_stop=0.0)
     assert old.stopped_at >= old.end
     assert returned - old.end > 0.5  # the old stop: late by the validation
+
+
+def _recorded_plans():
+    """Every plan that a run recorded in benchmarks/results (metrics.json's "plan")."""
+    import glob
+    import os
+
+    def plans(value):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "plan" and isinstance(item, dict):
+                    yield item
+                else:
+                    yield from plans(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from plans(item)
+
+    root = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results")
+    found = []
+    for path in sorted(glob.glob(os.path.join(root, "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            found.extend(plans(json.load(f)))
+    return found
+
+
+def test_recorded_plans_round_trip_through_the_plan_dataclass():
+    """Runs made before the plan was a dataclass resume with their plan.json:
+    reading and writing it gives the same object, and what is not a field
+    of the plan is what the task recorded."""
+    from training.recipe.plan import Plan
+
+    recorded = _recorded_plans()
+    assert len(recorded) >= 10
+    for values in recorded:
+        plan = Plan.from_json(values)
+        assert plan.to_json() == values
+        assert plan.has_recipe() and isinstance(plan.total_steps, int)
+        assert set(plan.task_entries) <= {"test_beam", "seconds_decoding_trace",
+                                          "seconds_beam_trace"}, plan.task_entries
+    budgeted = [Plan.from_json(v) for v in recorded if "seconds_per_step" in v]
+    assert budgeted and all(p.task_entries.get("test_beam") is not None for p in budgeted)
+
+
+def test_a_plan_file_keeps_what_is_set_and_only_that(tmp_path):
+    from training.recipe.plan import Plan
+
+    path = tmp_path / "plan.json"
+    assert Plan.read(path) is None
+    # The plan a run writes before it builds the preset's depth: no recipe.
+    depth_only = Plan(planned=False, num_layers=3)
+    depth_only.write(path)
+    assert json.loads(path.read_text()) == {"planned": False, "num_layers": 3}
+    assert Plan.read(path) == depth_only and not depth_only.has_recipe()
+    plan = Plan(schedule="auto", peak_learning_rate=1e-3, warmup_steps=10, total_steps=100,
+                weight_decay=0.0, batch_tokens=512.0, planned=True, dropout_off=False,
+                num_layers=2, task_entries={"seconds_out_of_fold": 0.25})
+    plan.write(path)
+    written = json.loads(path.read_text())
+    assert "revisions" not in written and "dropout_off_from_step" not in written
+    assert written["seconds_out_of_fold"] == 0.25 and "task_entries" not in written
+    assert Plan.read(path) == plan
+    assert plan.recipe() == {"schedule": "auto", "peak_learning_rate": 1e-3,
+                             "warmup_steps": 10, "total_steps": 100, "weight_decay": 0.0,
+                             "batch_tokens": 512.0}
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="plan.json is not a run's plan"):
+        Plan.read(path)

@@ -15,14 +15,11 @@ import pytest
 
 from training.config import load_config
 from training.recipe import budget
+from training.recipe.budget import depth_cost_ratio
+from training.recipe.plan import Plan
 from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import load_run
-from training.train import (
-    _depth_cost_ratio,
-    _preset_depth_is_long,
-    _short_depth_applies,
-    train,
-)
+from training.train import _short_depth_applies, train
 
 # The toy corpus, a 2-layer model (1 is the short-run depth), a handful of
 # updates per pass; `epochs` caps the plan, so a generous budget ends early.
@@ -72,12 +69,12 @@ def test_depth_cost_ratio_predicts_the_deeper_models_parameters():
     ratio from the shallower model is the deeper one's parameter count over
     its own, exactly."""
     one, three = _transformer(1), _transformer(3)
-    assert _depth_cost_ratio(one, 1) == 1.0
+    assert depth_cost_ratio(one, 1) == 1.0
     np.testing.assert_allclose(
-        _depth_cost_ratio(one, 3), three.count_params() / one.count_params(), rtol=1e-12)
+        depth_cost_ratio(one, 3), three.count_params() / one.count_params(), rtol=1e-12)
     np.testing.assert_allclose(
-        _depth_cost_ratio(three, 1), one.count_params() / three.count_params(), rtol=1e-12)
-    assert 1.0 < _depth_cost_ratio(one, 3) < 3.0  # the embeddings cost at any depth
+        depth_cost_ratio(three, 1), one.count_params() / three.count_params(), rtol=1e-12)
+    assert 1.0 < depth_cost_ratio(one, 3) < 3.0  # the embeddings cost at any depth
 
 
 class _Clock:
@@ -89,8 +86,15 @@ class _Clock:
 
 
 def _shallow_plan(seconds_per_step, dropout_off=False):
-    return {"dropout_off": dropout_off, "seconds_per_step": seconds_per_step,
-            "seconds_per_validation": 0.0, "seconds_reserved_for_final": 0.0}
+    return Plan(dropout_off=dropout_off, seconds_per_step=seconds_per_step,
+                seconds_per_validation=0.0, seconds_reserved_for_final=0.0)
+
+
+def _preset_depth_is_long(config, model, plan, num_layers, clock, steps_per_epoch, max_steps):
+    """`TimeBudget.preset_depth_is_long` of a budget at `clock` planned as `plan`."""
+    planner = budget.TimeBudget(config, clock, steps_per_epoch, plan)
+    planner.max_steps = max_steps
+    return planner.preset_depth_is_long(model, num_layers)
 
 
 @pytest.mark.parametrize("deep_passes", [1.5, 2.9, 3.1, 6.0])
@@ -99,7 +103,7 @@ def test_preset_depth_is_built_when_it_would_make_enough_passes(deep_passes):
     shallower one's: a 1+1-layer model that would make 3 passes or more
     still stays shallow unless 3+3 layers, at their cost, would make 3."""
     one = _transformer(1)
-    ratio = _depth_cost_ratio(one, 3)
+    ratio = depth_cost_ratio(one, 3)
     config = load_config("tiny", FAST + ["short_run_num_layers=1", "model.num_layers=3",
                                          "epochs=1000", "time_budget_minutes=10"])
     steps_per_epoch, usable = 100, 600 * (1 - budget.SAFETY)
@@ -108,11 +112,11 @@ def test_preset_depth_is_built_when_it_would_make_enough_passes(deep_passes):
     plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))
     long = _preset_depth_is_long(config, one, plan, 3, _Clock(0.0), steps_per_epoch, 10**9)
     assert long is (deep_passes >= 3)
-    np.testing.assert_allclose(plan["preset_depth_passes"], deep_passes, atol=0.02)
+    np.testing.assert_allclose(plan.preset_depth_passes, deep_passes, atol=0.02)
     # Time already spent counts: half the budget gone halves the passes.
     plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))
     _preset_depth_is_long(config, one, plan, 3, _Clock(300.0), steps_per_epoch, 10**9)
-    np.testing.assert_allclose(plan["preset_depth_passes"], deep_passes / 2, atol=0.02)
+    np.testing.assert_allclose(plan.preset_depth_passes, deep_passes / 2, atol=0.02)
     # A shallower model already short (dropout off) never builds the deeper one.
     short = _shallow_plan(1e-6, dropout_off=True)
     assert not _preset_depth_is_long(config, one, short, 3, _Clock(0.0), 100, 10**9)
@@ -189,7 +193,8 @@ def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
     the run short at that update)."""
     import keras
 
-    from training.train import _disable_dropout, _DropoutOffAt
+    from training.recipe.budget import disable_dropout
+    from training.train import _DropoutOffAt
 
     class Steps(keras.callbacks.Callback):  # the checkpoint's step counter
         step = 0
@@ -216,7 +221,7 @@ def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
 
     two_fits = fresh()
     two_fits.fit(x[:6], y[:6], batch_size=2, epochs=1, shuffle=False, verbose=0)
-    assert _disable_dropout(two_fits)
+    assert disable_dropout(two_fits)
     two_fits.fit(x[6:14], y[6:14], batch_size=2, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(switched.get_weights(), two_fits.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
