@@ -432,3 +432,9 @@ def test_predict_errors_are_one_error_line(capsys, tmp_path):
     argv = ["predict", "--saved-model", str(tmp_path), "--input", "in.txt", "hello"]
     assert commands.main(argv) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_each_trained_task_names_the_options_class_the_config_uses():
+    from training.tasks.options import OPTIONS
+
+    assert {n: t.options for n, t in TASKS.items() if t.trainable} == OPTIONS
