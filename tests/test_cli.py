@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,9 @@ import pytest
 import export.cli
 from tests.conftest import REPO_ROOT
 from training.cli import commands, config_help
-from training.config import CONFIG_DIR, TrainingConfig
+from training.cli.config_help import first_sentence
+from training.config import CONFIG_DIR, TrainingConfig, available_presets, load_config
+from training.tasks.options import OPTIONS, option_names
 
 # The smallest toy run (as tests/test_training_run.py), for errors that come
 # from training itself.
@@ -48,8 +51,12 @@ def _help(capsys, argv):
 def test_train_help_lists_every_config_field_with_default_and_comment(capsys):
     text = _help(capsys, ["train", "--help"])
     docs = {doc.name: doc for doc in config_help.field_docs()}
-    assert list(docs) == [f.name for f in dataclasses.fields(TrainingConfig)]
-    for field in dataclasses.fields(TrainingConfig):
+    common = [f for f in dataclasses.fields(TrainingConfig) if f.name != "task_options"]
+    assert list(docs) == [f.name for f in common]
+    for options in OPTIONS.values():  # without a task, every task's fields too
+        docs.update({doc.name: doc for doc in config_help.field_docs(options)})
+        common += dataclasses.fields(options)
+    for field in common:
         default = (
             field.default_factory()
             if field.default is dataclasses.MISSING
@@ -57,11 +64,64 @@ def test_train_help_lists_every_config_field_with_default_and_comment(capsys):
         )
         assert f"  {field.name}: " in text, field.name
         assert f"= {json.dumps(default)}" in text.split(f"  {field.name}: ")[1].split("\n")[0]
-    groups = {doc.group: doc.comment for doc in docs.values() if doc.comment}
-    # The project's rule: a comment on every field (shared by a group).
-    assert {doc.group for doc in docs.values()} == set(groups)
-    for comment in groups.values():  # each comment, wrapped, is in the help
-        assert " ".join(comment.split()) in " ".join(text.split())
+    # The project's rule: a comment on every field.
+    assert all(doc.comment for doc in docs.values())
+    for doc in docs.values():  # each comment, wrapped, is in the help
+        assert " ".join(doc.comment.split()) in " ".join(text.split())
+
+
+@pytest.mark.parametrize("preset", available_presets())
+def test_train_help_of_a_preset_lists_its_task_fields_only(capsys, preset):
+    """`--config PRESET --help` shows the common fields and its task's, each
+    with one sentence, and none of another task's."""
+    task = json.loads((CONFIG_DIR / f"{preset}.json").read_text())["task"]
+    text = _help(capsys, ["train", "--config", preset, "--help"])
+    for name, options in OPTIONS.items():
+        for doc in config_help.field_docs(options):
+            shown = f"  {doc.name}: " in text
+            assert shown == (doc.name in option_names(OPTIONS[task])), (preset, doc.name)
+            if name == task:
+                sentences = first_sentence(doc.comment)
+                assert sentences == " ".join(doc.comment.split()), doc.name  # one sentence
+    assert "  seed: " in text and "  epochs: " in text
+    if task == "classification":
+        assert "  beam_size: " not in text and "  pooling: str = \"mean\"  {mean, max}" in text
+    if task == "translation":
+        assert "  char_ngram_buckets: " not in text
+
+
+def test_train_help_with_task_lists_that_task_fields(capsys):
+    text = _help(capsys, ["train", "--task", "timeseries", "--help"])
+    assert "  patch_length: " in text and "  min_word_count: " not in text
+    text = _help(capsys, ["train", "--config", "trec", "--set", "task=translation", "--help"])
+    assert "  beam_size: " in text and "  cross_fit: " not in text
+
+
+@pytest.mark.parametrize("preset", available_presets())
+def test_presets_load_and_validate_with_their_task_options(preset):
+    extra = ['train_files=["x.txt"]'] if "files" in (CONFIG_DIR / f"{preset}.json").read_text() else []
+    config = load_config(preset, extra)
+    assert isinstance(config.task_options, OPTIONS[config.task])
+    assert set(config.to_dict()) == (
+        {f.name for f in dataclasses.fields(TrainingConfig)} - {"task_options"}
+        | set(option_names(OPTIONS[config.task]))
+    )
+    assert TrainingConfig.from_dict(config.to_dict()) == config  # config.json reads back
+
+
+def test_a_field_of_another_task_is_refused_naming_it():
+    with pytest.raises(ValueError, match=re.escape("beam_size=2 with task='classification'")):
+        load_config("trec", ["beam_size=2"])
+    with pytest.raises(ValueError, match=r"char_ngram_buckets=64 with task='translation'.*--set"):
+        load_config("multi30k", ["char_ngram_buckets=64"])
+    with pytest.raises(ValueError, match=r"min_word_count=2 with task='timeseries'.*--set"):
+        load_config("toy", ["task=timeseries", "dataset=ucr", "min_word_count=2"])
+    # The preset's own task fields go when --set changes the task; the given ones stay.
+    config = load_config("tiny", ["task=classification", "dataset=sst2", "pooling=max"])
+    assert config.pooling == "max" and not hasattr(config, "beam_size")
+    with pytest.raises(AttributeError, match="`beam_size` is a field of task"):
+        _ = config.beam_size
+    assert load_config("trec", ["min_word_count=3"]).min_word_count == 3
 
 
 def test_help_prints_the_values_validate_accepts(capsys):
@@ -162,7 +222,8 @@ def test_empty_label_line_is_refused_with_file_and_line(capsys, tmp_path):
     data = tmp_path / "labels.tsv"
     data.write_text("pos\tgood film\n\tno label here\n")
     argv = _train(
-        tmp_path, *FAST, "task=classification", "dataset=files", f'train_files=["{data}"]'
+        tmp_path, *[f for f in FAST if not f.startswith("eval_sentences")],  # translation's
+        "task=classification", "dataset=files", f'train_files=["{data}"]'
     )
     err = _refused(capsys, argv, "labels.tsv")
     assert "line 2" in err and "empty label" in err

@@ -73,12 +73,16 @@ def test_task_only_fields_are_refused_where_unused():
     text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, rare_word_pieces=100,
                 cross_fit=True, token_dropout=0.1, rare_word_dropout=0.25, head_norm=True,
                 char_ngram_buckets=64)
-    both = dict(ensemble_size=3, mixup_alpha=0.4)  # the two classifier tasks
-    assert set(TASK_FIELDS) == {*series, *text, *both}
+    both = dict(ensemble_size=3, mixup_alpha=0.4, num_classes=3)  # the two classifier tasks
+    translation = dict(source_language="fr", target_language="de", tokens_per_batch=512,
+                       eval_sentences=10, beam_size=2, length_penalty=1.0, num_examples=1)
+    assert set(TASK_FIELDS) == {*series, *text, *both, *translation}
     TrainingConfig(task="timeseries", dataset="ucr", **both, **series).validate()
     TrainingConfig(task="classification", dataset="sst2", **both, **text).validate()
+    TrainingConfig(task="translation", dataset="toy", **translation).validate()
     refused = [("translation", "toy", {**series, **text, **both}),
-               ("classification", "sst2", series), ("timeseries", "ucr", text)]
+               ("classification", "sst2", {**series, **translation}),
+               ("timeseries", "ucr", {**text, **translation})]
     for name, dataset, fields in refused:
         for field, value in fields.items():
             with pytest.raises(ValueError, match=re.escape(f"{field}={value!r} with task='{name}'")):
@@ -111,7 +115,8 @@ def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
     logits = rng.standard_normal((6, 1)).astype(np.float32)
     ids = np.array([0, 1, 1, 0, 1, 0])
     for eps in (0.0, 0.2):
-        config = TrainingConfig(dataset="sst2", num_classes=1, label_smoothing=eps)
+        config = TrainingConfig(task="classification", dataset="sst2", num_classes=1,
+                                label_smoothing=eps)
         loss, (accuracy,) = task.loss_and_metrics(config)
         target = ids * (1 - eps) + eps / 2
         p = 1 / (1 + np.exp(-logits[:, 0]))
@@ -120,7 +125,7 @@ def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
         accuracy.update_state(ids, logits)
         assert float(accuracy.result()) == pytest.approx(np.mean((logits[:, 0] > 0) == ids))
     # And a one-logit classifier learns two separable sentences with it.
-    config = TrainingConfig(dataset="sst2", num_classes=1)
+    config = TrainingConfig(task="classification", dataset="sst2", num_classes=1)
     loss, metrics = task.loss_and_metrics(config)
     tokens = np.array([[5, 6, 7, 0], [8, 9, 10, 0]] * 4, "int32")
     labels = np.array([0, 1] * 4, "int32")
@@ -141,7 +146,8 @@ def test_a_given_num_classes_must_hold_the_data_classes():
     task = get_task("classification")
     task.tokenizer = type("Tokenizer", (), {"vocabulary_size": 16})()
     three = TaskData((["a"], [0]), (["a"], [0]), (["a"], [0]), label_names=["x", "y", "z"])
-    base = TrainingConfig(dataset="trec", model_overrides={"num_layers": 0, "hidden_dim": 8,
+    base = TrainingConfig(task="classification", dataset="trec",
+                          model_overrides={"num_layers": 0, "hidden_dim": 8,
                                                             "intermediate_dim": 16, "num_heads": 2},
                           ensemble_size=1)
     for bad in (1, 2):
@@ -426,3 +432,9 @@ def test_predict_errors_are_one_error_line(capsys, tmp_path):
     argv = ["predict", "--saved-model", str(tmp_path), "--input", "in.txt", "hello"]
     assert commands.main(argv) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_each_trained_task_names_the_options_class_the_config_uses():
+    from training.tasks.options import OPTIONS
+
+    assert {n: t.options for n, t in TASKS.items() if t.trainable} == OPTIONS

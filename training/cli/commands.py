@@ -9,6 +9,7 @@
     python -m training predict --saved-model exported/translator/1 --input sentences.txt
     python -m training presets
     python -m training train --help              # every config field, documented
+    python -m training train --config trec --help  # the common fields and trec's task's
 
 A bad config value, data file or model size prints `error: <message>` and
 exits with 2; `--debug` shows the traceback instead, and TensorFlow's start-up
@@ -20,7 +21,7 @@ import json
 import sys
 import time
 
-from training.cli.config_help import fields_help, presets_help
+from training.cli.config_help import help_task, presets_help, task_fields_help
 from training.cli.errors import add_debug_flag, run_reporting_errors
 from training.cli.quiet import quiet_tensorflow
 
@@ -36,7 +37,8 @@ def _verbosity(value):
     raise argparse.ArgumentTypeError(f"must be auto, 0, 1 or 2; received {value!r}")
 
 
-def _parser():
+def _parser(task=None):
+    """The parser; `task`: whose fields `train --help` lists (None: every task's)."""
     parser = argparse.ArgumentParser(
         prog="python -m training",
         description="Train, resume and evaluate keras-transformer runs.",
@@ -47,6 +49,8 @@ def _parser():
         p.add_argument("--config", default=default_config,
                        help="preset name (see `presets`) or path to a JSON config")
         p.add_argument("--run-dir", default=default_run_dir, help="run directory")
+        p.add_argument("--task", help="the config's task (as --set task=TASK); with "
+                                      "--help, list that task's fields")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field (JSON value); model.FIELD "
                             "overrides a model field; repeatable")
@@ -57,8 +61,9 @@ def _parser():
                             "epoch in a file or pipe, each with the step time and the "
                             "run's time left; 0, 1 or 2: Keras' own fit output")
 
-    # The config fields, read from TrainingConfig's source, close `--help`.
-    documented = dict(epilog=fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    # The config fields, read from the dataclasses' source, close `--help`.
+    documented = dict(epilog=task_fields_help(task),
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     train = sub.add_parser("train", help="train (or resume) a run", **documented)
     add_run_args(train, "toy", None)
     main = sub.add_parser(
@@ -89,7 +94,8 @@ def _parser():
 
 def main(argv=None):
     """Parses `argv` (default `sys.argv[1:]`) and runs the command; returns the exit status."""
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(help_task(argv)).parse_args(argv)
     if args.command != "presets":
         quiet_tensorflow(args.debug)
     return run_reporting_errors(lambda: _run(args), debug=args.debug)
@@ -109,7 +115,8 @@ def _run(args):
         return 0
     from training.config import load_config
 
-    config = load_config(args.config, args.set)
+    overrides = ([f"task={args.task}"] if args.task else []) + args.set
+    config = load_config(args.config, overrides)
     if args.command == "train":
         if not args.run_dir:
             print("error: --run-dir is required", file=sys.stderr)

@@ -19,6 +19,10 @@ import json
 import re
 import textwrap
 
+#: Fields the help leaves out: `TrainingConfig.task_options` is shown as the
+#: task's own fields (`task_fields_help`).
+SKIPPED = ("task_options",)
+
 _FIRST_SENTENCE = re.compile(r"^(.*?[.!?])(?=\s+[A-Z(]|\s*$)", re.DOTALL)
 
 
@@ -118,17 +122,19 @@ def field_docs(cls=None, choices=None):
             **validated_choices(cls),
             **getattr(inspect.getmodule(cls), "CHOICES", {}),
         }
-    lines, node = _class_source(cls)
-    annotations = {}
-    if node is not None:
-        for statement in node.body:
+    annotations = {}  # {field: (source lines, statement)}, a subclass's last
+    for klass in reversed(cls.__mro__):
+        lines, node = _class_source(klass) if dataclasses.is_dataclass(klass) else (None, None)
+        for statement in node.body if node is not None else ():
             if isinstance(statement, ast.AnnAssign) and isinstance(
                 statement.target, ast.Name
             ):
-                annotations[statement.target.id] = statement
+                annotations[statement.target.id] = (lines, statement)
     docs, group = [], -1
     for field in dataclasses.fields(cls):
-        statement = annotations.get(field.name)
+        if field.name in SKIPPED:
+            continue
+        lines, statement = annotations.get(field.name, (None, None))
         if statement is None:
             type_name = getattr(field.type, "__name__", str(field.type))
             comment = None
@@ -192,6 +198,41 @@ def fields_help(cls=None, choices=None, width=79):
                     )
                 )
     return "\n".join(out)
+
+
+def task_fields_help(task=None, width=79):
+    """The common config fields, then `task`'s own (every task's when None)."""
+    from training.tasks.options import OPTIONS
+
+    tasks = list(OPTIONS) if task is None else [task] if task in OPTIONS else []
+    parts = [fields_help(width=width)]
+    for name in tasks:
+        text = fields_help(OPTIONS[name], width=width).split("\n", 4)[-1]
+        parts.append(f"fields of task {name!r} (refused with another task):\n\n{text}")
+    return "\n\n".join(parts)
+
+
+def help_task(argv):
+    """The task that `argv` names (`--task`, `--set task=...`, or its `--config`
+    preset's), or None where it names none or names it wrongly."""
+    from training.config import CONFIG_DIR
+
+    task, preset = None, None
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == "--task":
+            task = value
+        elif flag == "--set" and value.startswith("task="):
+            task = value[len("task="):].strip('"')
+        elif flag == "--config":
+            preset = value
+    if task is None and preset is not None:
+        path = CONFIG_DIR / f"{preset}.json" if not preset.endswith(".json") else preset
+        try:
+            with open(path, encoding="utf-8") as f:
+                task = json.load(f).get("task", "translation")
+        except (OSError, ValueError):
+            return None
+    return task
 
 
 def first_sentence(text):

@@ -28,13 +28,13 @@ Who calls what:
 import json
 import os
 
+from training.tasks.options import TaskOptions, option_defaults, option_names
 from training.text.tokenizers import load_tokenizer
 
-#: TrainingConfig fields that only some tasks use, with their unset value.
-TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
-               "mixup_alpha": 0.0, "ensemble_size": 1, "ngram_widths": (), "pooling": "mean",
-               "min_word_count": 0, "rare_word_pieces": 0, "cross_fit": False, "token_dropout": 0.0,
-               "rare_word_dropout": 0.0, "head_norm": False, "char_ngram_buckets": 0}
+#: TrainingConfig fields that only some tasks use, with their unset value:
+#: every task's options (`training.tasks.options`) and the flat ones below.
+TASK_FIELDS = {**option_defaults(), "rare_word_pieces": 0, "token_dropout": 0.0,
+               "rare_word_dropout": 0.0, "head_norm": False}
 
 
 class Task:
@@ -53,7 +53,9 @@ class Task:
     trainable = True
     #: The Keras model class `build_model` returns; export refuses others.
     model_class = None  # a class, or a tuple of the classes the task builds
-    #: The `TASK_FIELDS` this task reads.
+    #: The dataclass of this task's own config fields (`training.tasks.options`).
+    options = TaskOptions
+    #: The flat `TASK_FIELDS` (not in `options`) this task reads.
     fields = ()
     #: The `config.DATA_FIELDS` this task fills from its data where the config says None.
     data_fields = ()
@@ -72,8 +74,9 @@ class Task:
     def check_config(self, config):
         """Raises ValueError for a task-only field set on a task that ignores it."""
         for field, unset in TASK_FIELDS.items():
-            value = getattr(config, field)
-            if field not in self.fields and value != unset:
+            value = getattr(config, field, unset)  # another task's options: not there
+            own = field in self.fields or field in option_names(self.options)
+            if not own and value != unset:
                 raise ValueError(
                     f"`{field}` does not apply to this task; received "
                     f"{field}={value!r} with task={self.name!r}."

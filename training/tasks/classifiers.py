@@ -26,7 +26,8 @@ MODEL_CLASSES = (TransformerClassifier, ClassifierEnsemble)
 
 
 def build_classifier(config, data, **inputs):
-    """A `TransformerClassifier` of the configured preset; `inputs` pick token or series input.
+    """A `TransformerClassifier` of the configured preset; `inputs` pick token or series
+    input, and a task's own layer arguments (the text task's n-gram widths and pooling).
 
     With `config.ensemble_size` k > 1, a `ClassifierEnsemble` of k of them,
     each from its own draw of the (seeded) initialisers.
@@ -41,8 +42,7 @@ def build_classifier(config, data, **inputs):
             hidden_dim=m.hidden_dim, num_heads=m.num_heads,
             intermediate_dim=m.intermediate_dim, dropout=m.dropout,
             max_sequence_length=m.max_sequence_length, positions=m.positions,
-            normalize_first=m.normalize_first, ngram_widths=config.ngram_widths,
-            pooling=config.pooling, **inputs, **name,
+            normalize_first=m.normalize_first, **inputs, **name,
         )  # fmt: skip
 
     size = config.ensemble_size or 1

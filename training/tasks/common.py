@@ -40,7 +40,7 @@ def learn_or_load_tokenizer(config, run_dir, texts, write=True):
     vocab_dir = os.path.join(run_dir, "vocab")
     if os.path.isfile(os.path.join(vocab_dir, "vocab.txt")):
         return load_tokenizer(vocab_dir)
-    if config.min_word_count:  # whole words, the rare ones [UNK] (text classification)
+    if getattr(config, "min_word_count", 0):  # whole words, the rare ones [UNK] (text classification)
         vocabulary = learn_word_vocabulary(
             texts, config.vocabulary_size, lower_case=config.lower_case,
             min_count=config.min_word_count, rare_pieces=config.rare_word_pieces,

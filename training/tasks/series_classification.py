@@ -15,6 +15,7 @@ from training.pipeline.series_augmentation import augment_series
 from training.recipe import series
 from training.tasks import classifiers
 from training.tasks.base import Task
+from training.tasks.options import SeriesOptions
 
 _NUMBER_SEPARATORS = re.compile(r"[,\s]+")
 
@@ -39,8 +40,7 @@ class SeriesClassification(Task):
     name = "timeseries"
     datasets = ("ucr", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("patch_length", "patch_stride", "standardize_series", "mixup_alpha",
-              "ensemble_size")
+    options = SeriesOptions
     data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                    "patch_length", "patch_stride", "ensemble_size")
     #: Series are not masked: only series of one length share a batch.

@@ -18,6 +18,7 @@ from training.tasks.common import (
     text_probes,
     token_ids,
 )
+from training.tasks.options import TextClassificationOptions
 from training.text.tokenizers import word_ids
 
 #: Without a validation file every HOLD_OUT_EVERY-th training sentence
@@ -56,9 +57,8 @@ class TextClassification(Task):
     name = "classification"
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
-    fields = ("ensemble_size", "ngram_widths", "pooling", "min_word_count", "rare_word_pieces",
-              "mixup_alpha", "cross_fit", "token_dropout", "rare_word_dropout", "head_norm",
-              "char_ngram_buckets")
+    options = TextClassificationOptions
+    fields = ("rare_word_pieces", "token_dropout", "rare_word_dropout", "head_norm")
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
     cross_fit_members = None
@@ -183,6 +183,7 @@ class TextClassification(Task):
             mixup_alpha=config.mixup_alpha, token_dropout=config.token_dropout,
             rare_word_dropout=config.rare_word_dropout, head_norm=config.head_norm,
             char_ngram_buckets=config.char_ngram_buckets,
+            ngram_widths=config.ngram_widths, pooling=config.pooling,
         )
         if config.rare_word_dropout:
             counts = self.word_counts(config, data.train[0])

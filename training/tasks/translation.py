@@ -39,6 +39,7 @@ from training.tasks.common import (
     text_probes,
     token_ids,
 )
+from training.tasks.options import TranslationOptions
 from training.text.detokenize import detokenize_ids
 
 #: Four beams cost about this many times a greedy decode of the same
@@ -110,6 +111,7 @@ class Translation(Task):
 
     name = "translation"
     datasets = ("toy", "multi30k", "files")
+    options = TranslationOptions
     model_class = Transformer
 
     def __init__(self, tokenizer=None, label_names=None):
