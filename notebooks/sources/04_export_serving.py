@@ -45,13 +45,14 @@ from ai_edge_litert.interpreter import Interpreter
 
 from export.saved_model import export_saved_model
 from export.saved_model_cli import run_saved_model_cli
-from export.tflite import export_tflite, translator_output_length
+from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import verify_saved_model
 from training.config import load_config
 from training.data import readers, toy
 from training.monitor.evaluation import Translator
 from training.runs.run_dir import load_run
+from training.serving.tflite_programs import translator_output_length
 from training.train import train
 
 tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
