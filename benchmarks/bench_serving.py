@@ -39,6 +39,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from training.tasks import get_task
+
 SIZES = dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=1024,
              max_sequence_length=64)
 QUICK_SIZES = dict(SIZES, num_layers=1, hidden_dim=128, intermediate_dim=512)
@@ -87,7 +89,12 @@ def main():
 
     module = TranslatorModule(model, tokenizer)
     export_dir = os.path.join(tempfile.mkdtemp(prefix="kt_serving_"), "translator")
-    export_saved_model(model, tokenizer, {"benchmark": True}, export_dir, "translation")
+    export_saved_model(
+        model,
+        {"benchmark": True},
+        export_dir,
+        get_task("translation", tokenizer=tokenizer),
+    )
     loaded = tf.saved_model.load(export_dir)
     serve = loaded.signatures["serving_default"]
 
@@ -116,48 +123,70 @@ def main():
         group = {n: common.summarize(t) for n, t in times.items()}
         for name, stats in group.items():
             print(f"  {name:12s} {common.fmt(stats, 1e3, 'ms', 1)}")
-        print(f"  saved_model / in_process latency: {1 / ratio['ratio_of_medians']:.2f}x")
+        print(
+            f"  saved_model / in_process latency: {1 / ratio['ratio_of_medians']:.2f}x"
+        )
         share = group["joining"]["median"] / group["in_process"]["median"]
         print(f"  punctuation joining: {share:.2%} of in_process")
         result["groups"][f"strings_batch_{batch}"] = {
-            "seconds": group, "output_words": lengths,
+            "seconds": group,
+            "output_words": lengths,
             "saved_model_over_in_process": 1 / ratio["ratio_of_medians"],
             "joining_share_of_in_process": share,
-            "paired_in_process_over_saved_model": ratio["paired_ratio"]}
+            "paired_in_process_over_saved_model": ratio["paired_ratio"],
+        }
 
     print("== ids, batch 1: converting to TFLite (float32, int8) ...", flush=True)
     ids = tokenizer.tokenize(tf.constant(sentences(1))).to_tensor()
     ids = ids.numpy().astype(np.int32)[:, :SOURCE_PIECES]
     runners, sizes_bytes = {}, {}
     for quantize, name in (("none", "tflite_float32"), ("int8", "tflite_int8")):
-        data = translator_tflite(model, quantize, source_length=SOURCE_PIECES, batch_size=1)
+        data = translator_tflite(
+            model, quantize, source_length=SOURCE_PIECES, batch_size=1
+        )
         sizes_bytes[name] = len(data)
         interpreter = Interpreter(model_content=data, num_threads=2)
         runners[name] = interpreter.get_signature_runner("serving_default")
     translate_ids = loaded.signatures["translate_ids"]
     candidates = {
-        "tflite_float32": lambda: runners["tflite_float32"](encoder_token_ids=ids)["token_ids"],
-        "tflite_int8": lambda: runners["tflite_int8"](encoder_token_ids=ids)["token_ids"],
-        "saved_model_ids": lambda: translate_ids(
-            encoder_token_ids=tf.constant(ids))["token_ids"].numpy(),
+        "tflite_float32": lambda: runners["tflite_float32"](encoder_token_ids=ids)[
+            "token_ids"
+        ],
+        "tflite_int8": lambda: runners["tflite_int8"](encoder_token_ids=ids)[
+            "token_ids"
+        ],
+        "saved_model_ids": lambda: translate_ids(encoder_token_ids=tf.constant(ids))[
+            "token_ids"
+        ].numpy(),
     }
     generated = {n: int(np.count_nonzero(f())) for n, f in candidates.items()}
-    agree = float(np.mean(candidates["tflite_float32"]() == candidates["tflite_int8"]()))
-    print(f"  generated tokens {generated}; int8 == float32 tokens at {agree:.0%} "
-          f"of positions; .tflite bytes {sizes_bytes}", flush=True)
+    agree = float(
+        np.mean(candidates["tflite_float32"]() == candidates["tflite_int8"]())
+    )
+    print(
+        f"  generated tokens {generated}; int8 == float32 tokens at {agree:.0%} "
+        f"of positions; .tflite bytes {sizes_bytes}",
+        flush=True,
+    )
     times = common.interleave(candidates, repeats, warmup=1)
     ratio = common.compare(times, "tflite_float32", "tflite_int8")
     vs_saved = common.compare(times, "saved_model_ids", "tflite_float32")
     group = {n: common.summarize(t) for n, t in times.items()}
     for name, stats in group.items():
         print(f"  {name:15s} {common.fmt(stats, 1e3, 'ms', 1)}")
-    print(f"  int8 speed-up over float32: {ratio['ratio_of_medians']:.2f}x "
-          f"(paired {common.fmt(ratio['paired_ratio'], unit='x', digits=2)}); "
-          f"tflite float32 over SavedModel ids: {vs_saved['ratio_of_medians']:.2f}x")
+    print(
+        f"  int8 speed-up over float32: {ratio['ratio_of_medians']:.2f}x "
+        f"(paired {common.fmt(ratio['paired_ratio'], unit='x', digits=2)}); "
+        f"tflite float32 over SavedModel ids: {vs_saved['ratio_of_medians']:.2f}x"
+    )
     result["groups"]["tflite_batch_1"] = {
-        "seconds": group, "generated_tokens": generated, "int8_token_agreement": agree,
-        "tflite_bytes": sizes_bytes, "int8_over_float32_speed_up": ratio,
-        "tflite_float32_over_saved_model_speed_up": vs_saved}
+        "seconds": group,
+        "generated_tokens": generated,
+        "int8_token_agreement": agree,
+        "tflite_bytes": sizes_bytes,
+        "int8_over_float32_speed_up": ratio,
+        "tflite_float32_over_saved_model_speed_up": vs_saved,
+    }
     common.write_json("serving" + ("_quick" if args.quick else ""), result)
 
 

@@ -31,10 +31,8 @@ def _saved_model(args):
     from export.saved_model import export_saved_model
 
     run = _load_run(args.run_dir)
-    path = export_saved_model(
-        run.model, run.tokenizer, run.config, args.output, run.task,
-        label_names=run.label_names, overwrite=args.overwrite,
-    )  # fmt: skip
+    path = export_saved_model(run.model, run.config, args.output, run.task,
+                              overwrite=args.overwrite)
     print(path)
     return 0
 

@@ -21,19 +21,18 @@ import tempfile
 import tensorflow as tf
 
 from export.atomic import atomic_directory
-from training.tasks import get_task
+from training.tasks.base import require_task
 
 
-def build_serving_module(model, tokenizer, task, label_names=None):
+def build_serving_module(model, task):
     """The inference `tf.Module` for `task` (see `training.serving.signatures`).
 
     Args:
         model: A `Transformer` (translation), `TransformerClassifier`
             (classification, timeseries) or `VisionTransformer` (image).
-        tokenizer: The run's tokenizer; None for numeric and image input.
-        task: A key of `training.tasks.TASKS`; "timeseries" is a classifier
-            over features, "image" one over images.
-        label_names: Class names of a classifier.
+        task: A `training.tasks.Task` holding the run's tokenizer (None for
+            numeric and image input) and class names: `run.task` of a
+            loaded run, or `get_task(name, tokenizer=..., label_names=...)`.
 
     Returns:
         The task's module (`Task.serving_module`): a `TranslatorModule` or a
@@ -42,7 +41,7 @@ def build_serving_module(model, tokenizer, task, label_names=None):
     Raises:
         ValueError: On an unknown task or a model that does not fit it.
     """
-    task = get_task(task, tokenizer=tokenizer, label_names=label_names)
+    task = require_task(task)
     task.check_model(model)
     return task.serving_module(model)
 
@@ -68,9 +67,7 @@ def _write_assets(directory, config, tokenizer, label_names):
     return paths
 
 
-def export_saved_model(
-    model, tokenizer, config, export_dir, task, label_names=None, overwrite=False
-):
+def export_saved_model(model, config, export_dir, task, overwrite=False):
     """Writes a strings-in SavedModel of `model`, atomically.
 
     Signatures: for translation `serving_default` (`sentences` tf.string
@@ -89,12 +86,11 @@ def export_saved_model(
 
     Args:
         model: The trained Keras model (its optimizer is not exported).
-        tokenizer: The run's `WordPieceTokenizer`, or None for numeric and
-            image input.
         config: The resolved run configuration, a JSON-serialisable dict.
         export_dir: Target directory.
-        task: "translation", "classification", "timeseries" or "image".
-        label_names: Class names of a classifier (written to labels.txt).
+        task: A `training.tasks.Task` with the run's tokenizer (written to
+            the assets; None for numeric and image input) and class names
+            (written to labels.txt): `run.task` of a loaded run.
         overwrite: Replace an existing `export_dir`.
 
     Returns:
@@ -102,16 +98,19 @@ def export_saved_model(
 
     Raises:
         FileExistsError: If `export_dir` exists and `overwrite` is False.
-        ValueError: On an unknown task, a model that does not fit it, or a
-            config that is not JSON-serialisable.
+        TypeError: If `task` is not a `Task`.
+        ValueError: On a model that does not fit the task, or a config that
+            is not JSON-serialisable.
     """
     try:
         config = json.loads(json.dumps(config))
     except TypeError as error:
         raise ValueError(f"config must be JSON-serialisable: {error}") from error
-    module = build_serving_module(model, tokenizer, task, label_names)
+    task = require_task(task)
+    module = build_serving_module(model, task)
     # A classifier's labels.txt names every class, defaults included.
-    label_names = get_task(task, label_names=label_names).class_names(model)
+    label_names = task.class_names(model)
+    tokenizer = task.tokenizer
     export_dir = os.path.abspath(os.fspath(export_dir))
     with (
         atomic_directory(export_dir, overwrite) as staging,

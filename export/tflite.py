@@ -7,7 +7,7 @@ which one its model needs (`Task.tflite_model`).
 
 from export.atomic import atomic_write_bytes, check_target
 from training.serving.tflite_programs import check_quantize
-from training.tasks import get_task
+from training.tasks.base import require_task
 
 
 def export_tflite(
@@ -26,8 +26,9 @@ def export_tflite(
             ("classification" / "timeseries") or a `VisionTransformer`
             ("image").
         output_path: Target `.tflite` path.
-        task: A key of `training.tasks.TASKS`: "translation",
-            "classification", "timeseries" or "image".
+        task: The model's `training.tasks.Task` (`run.task` of a loaded
+            run, or `get_task("translation" | "classification" |
+            "timeseries" | "image")`).
         quantize: "none", "float16" or "int8".
         overwrite: Replace an existing file.
         sequence_length: Static source / input length S; the model's
@@ -43,7 +44,7 @@ def export_tflite(
         ValueError: On an unknown task or quantization, a model that does not
             fit the task, or a `sequence_length` given for "image".
     """
-    task = get_task(task)
+    task = require_task(task)
     task.check_model(model)
     check_quantize(quantize)
     check_target(output_path, overwrite)

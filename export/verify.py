@@ -22,10 +22,10 @@ import numpy as np
 
 from export import fresh_process
 from export.saved_model_cli import run_saved_model_cli
-from training.tasks import get_task
+from training.tasks.base import require_task
 
 
-def reference_outputs(model, tokenizer, task, examples, label_names=None):
+def reference_outputs(model, task, examples):
     """What the export must return for `examples`, computed with Keras here.
 
     The task's `outputs`: tokenize -> cut to `max_sequence_length` ->
@@ -36,18 +36,16 @@ def reference_outputs(model, tokenizer, task, examples, label_names=None):
     Args:
         model: The Keras `Transformer`, `TransformerClassifier` or
             `VisionTransformer`.
-        tokenizer: Its tokenizer (None for numeric and image input).
-        task: A key of `training.tasks.TASKS`.
+        task: Its `training.tasks.Task`, with the tokenizer (None for
+            numeric and image input) and class names (default "0", "1", ...).
         examples: Strings, series `(N, T, F)` for numeric input, or images
             `(N, H, W, C)`.
-        label_names: Class names (default "0", "1", ...).
 
     Returns:
         `{"translations": (N,) bytes}` for translation, else
         `{"probabilities": (N, K) float32, "labels": (N,) bytes}`.
     """
-    task = get_task(task, tokenizer=tokenizer, label_names=label_names)
-    return task.outputs(model, examples)
+    return require_task(task).outputs(model, examples)
 
 
 def run_in_fresh_process(
@@ -154,10 +152,8 @@ def compare_outputs(actual, expected, atol=1e-5):
 def verify_saved_model(
     saved_model_dir,
     model,
-    tokenizer,
     task,
     examples=None,
-    label_names=None,
     use_saved_model_cli=True,
     atol=1e-5,
 ):
@@ -166,10 +162,9 @@ def verify_saved_model(
     Args:
         saved_model_dir: An export of `export.saved_model.export_saved_model`.
         model: The Keras model it was exported from.
-        tokenizer: Its tokenizer (None for numeric and image input).
-        task: A key of `training.tasks.TASKS`.
+        task: Its `training.tasks.Task` (tokenizer and class names
+            included), as given to the export.
         examples: Inputs; the task's `probe_inputs(model)` if None.
-        label_names: Class names given to the export.
         use_saved_model_cli: Also run `saved_model_cli run` and parse it.
         atol: Tolerance on probabilities (strings must match exactly).
 
@@ -178,7 +173,7 @@ def verify_saved_model(
         `saved_model_cli` (lists of differences, empty when they agree, or
         None when skipped) and `ok`.
     """
-    task = get_task(task, tokenizer=tokenizer, label_names=label_names)
+    task = require_task(task)
     if examples is None:
         examples = task.probe_inputs(model)
     inputs = task.serving_inputs(examples)
@@ -207,8 +202,8 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
     """Checks a run's SavedModel (and `.tflite`) against its Keras model.
 
     Args:
-        run: A loaded run (`training.runs.run_dir.load_run`): `.task`, `.model`,
-            `.tokenizer`, `.label_names`.
+        run: A loaded run (`training.runs.run_dir.load_run`): its `.task`
+            (tokenizer and class names included) and `.model`.
         saved_model_dir: Its SavedModel export.
         tflite_path: Its `.tflite` export, or None.
 
@@ -218,16 +213,11 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
     """
     from export.tflite_verify import verify_tflite
 
-    task = get_task(run.task, tokenizer=run.tokenizer, label_names=run.label_names)
-    examples = task.probe_inputs(run.model)
-    saved_model = verify_saved_model(
-        saved_model_dir, run.model, run.tokenizer, run.task, examples, run.label_names
-    )
+    examples = run.task.probe_inputs(run.model)
+    saved_model = verify_saved_model(saved_model_dir, run.model, run.task, examples)
     tflite = None
     if tflite_path is not None:
-        tflite = verify_tflite(
-            tflite_path, run.model, examples, tokenizer=run.tokenizer
-        )
+        tflite = verify_tflite(tflite_path, run.model, examples, tokenizer=run.task.tokenizer)
     return {
         "saved_model": saved_model,
         "tflite": tflite,

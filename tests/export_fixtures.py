@@ -25,6 +25,7 @@ from keras_transformer.models import (
     Transformer,
     TransformerClassifier,
 )
+from training.tasks import get_task
 from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
 MAX_SEQUENCE_LENGTH = 24
@@ -140,9 +141,8 @@ def exported_translator():
     """Path of a SavedModel of `tiny_translator()` (one export per session)."""
     path = os.path.join(_scratch_directory(), "translator")
     config = {"task": "translation", "model": tiny_translator().get_config()}
-    return export_saved_model(
-        tiny_translator(), tiny_tokenizer(), config, path, "translation"
-    )
+    task = get_task("translation", tokenizer=tiny_tokenizer())
+    return export_saved_model(tiny_translator(), config, path, task)
 
 
 @functools.cache
@@ -152,11 +152,11 @@ def exported_classifier():
     config = {"task": "classification", "model": tiny_classifier().get_config()}
     return export_saved_model(
         tiny_classifier(),
-        tiny_tokenizer(),
         config,
         path,
-        "classification",
-        list(LABEL_NAMES),
+        get_task(
+            "classification", tokenizer=tiny_tokenizer(), label_names=list(LABEL_NAMES)
+        ),
     )
 
 

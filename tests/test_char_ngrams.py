@@ -195,8 +195,7 @@ def test_a_run_with_char_ngrams_learns_from_spelling_reloads_exports_and_serves_
     probes = ["what is zorbitis ?", "what is lanville ?", "", "hello"]
     task = get_task("classification", tokenizer=run.tokenizer, label_names=run.label_names)
     expected = task.outputs(run.model, probes)
-    saved = export_saved_model(run.model, run.tokenizer, run.config, tmp_path / "sm",
-                               run.task, label_names=run.label_names)
+    saved = export_saved_model(run.model, run.config, tmp_path / "sm", run.task)
     served = tf.saved_model.load(saved).signatures["serving_default"](
         sentences=tf.constant(probes))
     np.testing.assert_allclose(served["probabilities"].numpy(), expected["probabilities"],

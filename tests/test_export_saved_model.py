@@ -29,9 +29,11 @@ import export.saved_model
 from export import cli
 from export.saved_model import export_saved_model
 from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
+from export.tflite import export_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import TransformerClassifier
+from training.tasks import get_task
 from training.tasks.common import PROBES
 from training.text.detokenize import detokenize_punctuation
 from training.text.tokenizers import WordPieceTokenizer
@@ -63,16 +65,15 @@ def loaded_translator(translator_dir):
 def test_strings_match_keras_in_fresh_process_and_saved_model_cli(
     translator, tokenizer, translator_dir
 ):
-    expected = reference_outputs(translator, tokenizer, "translation", EXAMPLES)
+    task = get_task("translation", tokenizer=tokenizer)
+    expected = reference_outputs(translator, task, EXAMPLES)
     # Copying its training sentences shows the decoding is real, not noise.
     copied = [
         t == s.encode()
         for t, s in zip(expected["translations"][:6], SENTENCES[:6], strict=True)
     ]
     assert sum(copied) >= 4, expected["translations"][:6]
-    report = verify_saved_model(
-        translator_dir, translator, tokenizer, "translation", EXAMPLES
-    )
+    report = verify_saved_model(translator_dir, translator, task, EXAMPLES)
     assert report["fresh_process"] == [] and report["saved_model_cli"] == []
     assert report["ok"], report
 
@@ -143,7 +144,9 @@ def test_token_classifier_export(tokenizer):
     assert sorted(loaded.signatures) == ["classify_ids", "serving_default"]
     got = loaded.signatures["serving_default"](sentences=tf.constant(EXAMPLES))
     expected = reference_outputs(
-        model, tokenizer, "classification", EXAMPLES, list(LABEL_NAMES)
+        model,
+        get_task("classification", tokenizer=tokenizer, label_names=list(LABEL_NAMES)),
+        EXAMPLES,
     )
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
     assert set(got["labels"].numpy()) <= {name.encode() for name in LABEL_NAMES}
@@ -165,13 +168,16 @@ def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
     target = tmp_path / "series"
     config = {"task": "timeseries"}
     export_saved_model(
-        numeric_classifier, None, config, target, "timeseries", ["no", "yes"]
+        numeric_classifier,
+        config,
+        target,
+        get_task("timeseries", label_names=["no", "yes"]),
     )
     with pytest.raises(FileExistsError, match=str(target)):
-        export_saved_model(numeric_classifier, None, config, target, "timeseries")
+        export_saved_model(numeric_classifier, config, target, get_task("timeseries"))
     config["version"] = 2
     export_saved_model(
-        numeric_classifier, None, config, target, "timeseries", overwrite=True
+        numeric_classifier, config, target, get_task("timeseries"), overwrite=True
     )
     assert json.loads((target / "assets" / "config.json").read_text())["version"] == 2
     assert sorted(os.listdir(tmp_path)) == ["series"]  # No temporary left beside it.
@@ -180,7 +186,7 @@ def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
         features=series
     )
-    expected = reference_outputs(numeric_classifier, None, "timeseries", series)
+    expected = reference_outputs(numeric_classifier, get_task("timeseries"), series)
     assert got["probabilities"].shape == (3, 1)
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
 
@@ -199,10 +205,9 @@ def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monke
         with pytest.raises(RuntimeError, match="disk full"):
             export_saved_model(
                 numeric_classifier,
-                None,
                 {},
                 tmp_path / name,
-                "timeseries",
+                get_task("timeseries"),
                 overwrite=overwrite,
             )
     assert sorted(os.listdir(tmp_path)) == ["series"]
@@ -210,17 +215,23 @@ def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monke
 
 
 def test_bad_arguments_are_rejected_before_writing(numeric_classifier, tmp_path):
-    with pytest.raises(ValueError, match="task must be one of"):
-        export_saved_model(
-            numeric_classifier, None, {}, tmp_path / "a", "summarization"
-        )
+    # The exporters take the task object, which carries the tokenizer and
+    # class names; a name alone is refused with the way to get one.
+    with pytest.raises(TypeError, match=r"task must be a training.tasks.Task; "
+                       r"received 'timeseries' \(for a name use training.tasks.get_task"):
+        export_saved_model(numeric_classifier, {}, tmp_path / "a", "timeseries")
+    with pytest.raises(TypeError, match="task must be a training.tasks.Task"):
+        export_tflite(numeric_classifier, tmp_path / "a.tflite", None)
     with pytest.raises(ValueError, match="JSON"):
         export_saved_model(
-            numeric_classifier, None, {"x": object()}, tmp_path / "b", "timeseries"
+            numeric_classifier, {"x": object()}, tmp_path / "b", get_task("timeseries")
         )
     with pytest.raises(ValueError, match="label_names"):
         export_saved_model(
-            numeric_classifier, None, {}, tmp_path / "c", "timeseries", ["one"]
+            numeric_classifier,
+            {},
+            tmp_path / "c",
+            get_task("timeseries", label_names=["one"]),
         )
     assert os.listdir(tmp_path) == []
 
@@ -253,8 +264,8 @@ def test_cli_saved_model_uses_the_run_dir(
     numeric_classifier, tmp_path, monkeypatch, capsys
 ):
     run = types.SimpleNamespace(
-        task="timeseries", model=numeric_classifier, tokenizer=None, config={"seed": 1},
-        label_names=["no", "yes"], run_dir=str(tmp_path / "run"),
+        task=get_task("timeseries", label_names=["no", "yes"]), model=numeric_classifier,
+        config={"seed": 1}, run_dir=str(tmp_path / "run"),
     )  # fmt: skip
     fake = types.ModuleType("training.runs.run_dir")
     fake.load_run = lambda run_dir: run
@@ -271,8 +282,8 @@ def test_cli_verify_checks_saved_model_and_tflite(
     numeric_classifier, tmp_path, monkeypatch, capsys
 ):
     run = types.SimpleNamespace(
-        task="timeseries", model=numeric_classifier, tokenizer=None, config={},
-        label_names=None, run_dir=str(tmp_path / "run"),
+        task=get_task("timeseries"), model=numeric_classifier, config={},
+        run_dir=str(tmp_path / "run"),
     )  # fmt: skip
     fake = types.ModuleType("training.runs.run_dir")
     fake.load_run = lambda run_dir: run

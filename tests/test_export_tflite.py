@@ -24,6 +24,7 @@ from export import cli
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from training.serving.tflite_programs import translator_output_length
+from training.tasks import get_task
 from training.tasks.common import PROBES
 
 EXAMPLES = SENTENCES[:10] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
@@ -55,7 +56,7 @@ def test_float32_translator_tokens_equal_keras(translator, tokenizer, tmp_path):
     path = export_tflite(
         translator,
         tmp_path / "translator.tflite",
-        "translation",
+        get_task("translation"),
         sequence_length=SOURCE_LENGTH,
     )
     runner = Interpreter(model_path=path).get_signature_runner("serving_default")
@@ -77,7 +78,7 @@ def test_float32_translator_tokens_equal_keras(translator, tokenizer, tmp_path):
 @pytest.mark.parametrize("quantize", ["float16", "int8"])
 def test_quantized_translator_agreement(translator, tokenizer, tmp_path, quantize):
     path = export_tflite(
-        translator, tmp_path / f"{quantize}.tflite", "translation", quantize=quantize,
+        translator, tmp_path / f"{quantize}.tflite", get_task("translation"), quantize=quantize,
         sequence_length=SOURCE_LENGTH,
     )  # fmt: skip
     report = _report(verify_tflite(path, translator, EXAMPLES, tokenizer=tokenizer))
@@ -90,7 +91,7 @@ def test_classifier_probabilities_within_tolerance(
     classifier, tokenizer, tmp_path, quantize
 ):
     path = export_tflite(
-        classifier, tmp_path / "c.tflite", "classification", quantize=quantize
+        classifier, tmp_path / "c.tflite", get_task("classification"), quantize=quantize
     )
     runner = Interpreter(model_path=path).get_signature_runner("serving_default")
     (spec,) = runner.get_input_details().values()
@@ -106,10 +107,13 @@ def test_existing_file_is_kept_without_overwrite(classifier, tmp_path):
     path = tmp_path / "c.tflite"
     path.write_bytes(b"previous")
     with pytest.raises(FileExistsError, match=str(path)):
-        export_tflite(classifier, path, "classification")
+        export_tflite(classifier, path, get_task("classification"))
     with pytest.raises(ValueError, match="quantize"):
         export_tflite(
-            classifier, tmp_path / "d.tflite", "classification", quantize="int4"
+            classifier,
+            tmp_path / "d.tflite",
+            get_task("classification"),
+            quantize="int4",
         )
     assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["c.tflite"]
 
@@ -126,8 +130,8 @@ def test_failed_write_leaves_no_temporary(tmp_path, monkeypatch):
 
 def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatch):
     run = types.SimpleNamespace(
-        task="classification", model=classifier, tokenizer=tokenizer, config={},
-        label_names=None, run_dir=str(tmp_path),
+        task=get_task("classification", tokenizer=tokenizer), model=classifier, config={},
+        run_dir=str(tmp_path),
     )  # fmt: skip
     fake = types.ModuleType("training.runs.run_dir")
     fake.load_run = lambda run_dir: run

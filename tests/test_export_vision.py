@@ -23,6 +23,7 @@ from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.models import TransformerClassifier, VisionTransformer
+from training.tasks import get_task
 
 LABEL_NAMES = ("zero", "one", "two")
 BATCH_SIZE = 2  # Static batch of the `.tflite`.
@@ -66,7 +67,7 @@ def images():
 def export_dir(vit, tmp_path_factory):
     path = tmp_path_factory.mktemp("vit") / "export"
     config = {"task": "image", "model": vit.get_config()}
-    return export_saved_model(vit, None, config, path, "image", list(LABEL_NAMES))
+    return export_saved_model(vit, config, path, get_task("image", label_names=list(LABEL_NAMES)))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def tflite_paths(vit, tmp_path_factory):
         quantize: export_tflite(
             vit,
             directory / f"{quantize}.tflite",
-            "image",
+            get_task("image"),
             quantize=quantize,
             batch_size=BATCH_SIZE,
         )
@@ -118,7 +119,9 @@ def test_reloaded_saved_model_equals_keras(vit, images, export_dir):
     serving = tf.saved_model.load(export_dir).signatures["serving_default"]
     for batch in (images[:1], images):  # The batch is dynamic.
         got = {k: v.numpy() for k, v in serving(images=batch).items()}
-        expected = reference_outputs(vit, None, "image", batch, list(LABEL_NAMES))
+        expected = reference_outputs(
+            vit, get_task("image", label_names=list(LABEL_NAMES)), batch
+        )
         assert compare_outputs(got, expected, atol=1e-5) == []
     # A trained model tells the digits apart: the labels are not all one name.
     assert len(set(expected["labels"])) > 1, expected
@@ -132,16 +135,18 @@ def test_wrong_image_shape_is_refused_at_the_signature(export_dir):
 
 
 def test_default_label_names_are_class_indices(vit, images):
-    serving = build_serving_module(vit, None, "image").signatures()["serving_default"]
+    serving = build_serving_module(vit, get_task("image")).signatures()[
+        "serving_default"
+    ]
     labels = serving(images=tf.constant(images))["labels"].numpy()
-    expected = reference_outputs(vit, None, "image", images)["labels"]
+    expected = reference_outputs(vit, get_task("image"), images)["labels"]
     assert set(labels) <= {b"0", b"1", b"2"} and list(labels) == list(expected)
 
 
 @pytest.mark.slow
 def test_fresh_process_and_saved_model_cli_equal_keras(vit, images, export_dir):
     report = verify_saved_model(
-        export_dir, vit, None, "image", images, list(LABEL_NAMES)
+        export_dir, vit, get_task("image", label_names=list(LABEL_NAMES)), images
     )
     assert report["fresh_process"] == [] and report["saved_model_cli"] == []
     assert report["ok"], report
@@ -149,14 +154,14 @@ def test_fresh_process_and_saved_model_cli_equal_keras(vit, images, export_dir):
 
 def test_exporting_over_an_existing_directory_keeps_the_old_export(vit, tmp_path):
     target = tmp_path / "export"
-    export_saved_model(vit, None, {"version": 1}, target, "image")
+    export_saved_model(vit, {"version": 1}, target, get_task("image"))
     before = {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
     with pytest.raises(FileExistsError, match=str(target)):
-        export_saved_model(vit, None, {"version": 2}, target, "image")
+        export_saved_model(vit, {"version": 2}, target, get_task("image"))
     after = {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
     assert after == before
     assert os.listdir(tmp_path) == ["export"]  # No temporary left beside it.
-    export_saved_model(vit, None, {"version": 2}, target, "image", overwrite=True)
+    export_saved_model(vit, {"version": 2}, target, get_task("image"), overwrite=True)
     assert json.loads((target / "assets" / "config.json").read_text())["version"] == 2
     assert os.listdir(tmp_path) == ["export"]
 
@@ -169,15 +174,15 @@ def test_task_and_model_must_match(vit, tmp_path):
     with pytest.raises(
         ValueError, match="task='classification' needs a TransformerClassifier"
     ):
-        export_saved_model(vit, None, {}, tmp_path / "a", "classification")
+        export_saved_model(vit, {}, tmp_path / "a", get_task("classification"))
     with pytest.raises(ValueError, match="task='image' needs a VisionTransformer"):
-        export_saved_model(classifier, None, {}, tmp_path / "b", "image")
+        export_saved_model(classifier, {}, tmp_path / "b", get_task("image"))
     with pytest.raises(
         ValueError, match="task='timeseries' needs a TransformerClassifier"
     ):
-        export_tflite(vit, tmp_path / "c.tflite", "timeseries")
+        export_tflite(vit, tmp_path / "c.tflite", get_task("timeseries"))
     with pytest.raises(ValueError, match="sequence_length=8"):
-        export_tflite(vit, tmp_path / "d.tflite", "image", sequence_length=8)
+        export_tflite(vit, tmp_path / "d.tflite", get_task("image"), sequence_length=8)
     assert os.listdir(tmp_path) == []
 
 

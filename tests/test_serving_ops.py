@@ -16,6 +16,7 @@ from export import serving_ops
 from export.saved_model import export_saved_model
 from keras_transformer.models import TransformerClassifier, VisionTransformer
 from tests.export_fixtures import exported_classifier, exported_translator
+from training.tasks import get_task
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,12 @@ def _series_export(directory):
         num_classes=3, num_features=2, num_layers=1, hidden_dim=8, num_heads=2,
         intermediate_dim=16, max_sequence_length=12,
     )  # fmt: skip
-    return export_saved_model(model, None, {"task": "timeseries"}, directory, "timeseries",
-                              ["a", "b", "c"])
+    return export_saved_model(
+        model,
+        {"task": "timeseries"},
+        directory,
+        get_task("timeseries", label_names=["a", "b", "c"]),
+    )
 
 
 def _image_export(directory):
@@ -42,12 +47,16 @@ def _image_export(directory):
         num_classes=2, image_size=8, patch_size=4, num_layers=1, hidden_dim=8,
         num_heads=2, intermediate_dim=16,
     )  # fmt: skip
-    return export_saved_model(model, None, {"task": "image"}, directory, "image", ["x", "y"])
+    return export_saved_model(
+        model, {"task": "image"}, directory, get_task("image", label_names=["x", "y"])
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["translator", "classifier", "series", "image"])
-def test_exported_graph_uses_only_stock_server_ops(kind, tmp_path, text_ops_2_12, core_ops):
+def test_exported_graph_uses_only_stock_server_ops(
+    kind, tmp_path, text_ops_2_12, core_ops
+):
     path = {
         "translator": exported_translator,
         "classifier": exported_classifier,
@@ -56,8 +65,12 @@ def test_exported_graph_uses_only_stock_server_ops(kind, tmp_path, text_ops_2_12
     }[kind]()
     ops = serving_ops.op_types(path)
     core, text, missing = serving_ops.check_serving_ops(ops, text_ops_2_12, core_ops)
-    assert not missing, f"{kind}: ops the stock TF Serving image lacks: {sorted(missing)}"
-    assert "StatefulPartitionedCall" in core or "PartitionedCall" in core  # read the functions
+    assert not missing, (
+        f"{kind}: ops the stock TF Serving image lacks: {sorted(missing)}"
+    )
+    assert (
+        "StatefulPartitionedCall" in core or "PartitionedCall" in core
+    )  # read the functions
     if kind in ("translator", "classifier"):
         # The tokenizer is in the graph: its TF Text ops were found and checked.
         assert any("Wordpiece" in op for op in text), sorted(text)
@@ -73,8 +86,10 @@ def test_text_ops_come_from_the_wheel_record():
     libraries = record["libraries"]
     assert all(name.endswith(".so") for name in libraries)
     # The tokenizer ops our graphs use live in the libraries that define them.
-    assert "FastWordpieceTokenizeWithOffsets" in libraries[
-        "tensorflow_text/python/ops/_fast_wordpiece_tokenizer.so"]
+    assert (
+        "FastWordpieceTokenizeWithOffsets"
+        in libraries["tensorflow_text/python/ops/_fast_wordpiece_tokenizer.so"]
+    )
 
 
 def test_an_op_newer_than_the_server_is_reported(text_ops_2_12, core_ops):
@@ -82,22 +97,36 @@ def test_an_op_newer_than_the_server_is_reported(text_ops_2_12, core_ops):
     # Ops TF Text added after 2.12.1 exist, and the check names them.
     assert newer, "expected TF Text 2.21 to register ops that 2.12.1 lacks"
     op = sorted(newer)[0]
-    _, _, missing = serving_ops.check_serving_ops({"Const", op}, text_ops_2_12, core_ops)
+    _, _, missing = serving_ops.check_serving_ops(
+        {"Const", op}, text_ops_2_12, core_ops
+    )
     assert missing == {op}
 
 
 def test_library_scan_does_not_match_inside_a_longer_name():
     data = b"\x00NormalizeUTF8WithOffsets\x00CaseFoldUTF8\x00x34FastWordpieceDetokenizeOpE\x00"
     found = serving_ops._names_in_library(
-        data, {"NormalizeUTF8", "NormalizeUTF8WithOffsets", "CaseFoldUTF8",
-               "FastWordpieceDetokenize", "Missing"},
+        data,
+        {
+            "NormalizeUTF8",
+            "NormalizeUTF8WithOffsets",
+            "CaseFoldUTF8",
+            "FastWordpieceDetokenize",
+            "Missing",
+        },
     )
-    assert found == {"NormalizeUTF8WithOffsets", "CaseFoldUTF8", "FastWordpieceDetokenize"}
+    assert found == {
+        "NormalizeUTF8WithOffsets",
+        "CaseFoldUTF8",
+        "FastWordpieceDetokenize",
+    }
 
 
-@pytest.mark.skipif(not os.environ.get("TF_TEXT_2_12_WHEEL"),
-                    reason="set TF_TEXT_2_12_WHEEL to a tensorflow_text-2.12.1 wheel to "
-                           "re-extract its op list and compare it with the committed one")
+@pytest.mark.skipif(
+    not os.environ.get("TF_TEXT_2_12_WHEEL"),
+    reason="set TF_TEXT_2_12_WHEEL to a tensorflow_text-2.12.1 wheel to "
+    "re-extract its op list and compare it with the committed one",
+)
 def test_committed_op_list_matches_the_wheel():
     wheel = os.environ["TF_TEXT_2_12_WHEEL"]
     record = serving_ops.extract(wheel, serving_ops.text_op_names())

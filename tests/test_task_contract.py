@@ -128,8 +128,7 @@ def test_task_trains_resumes_predicts_exports_and_verifies(name, tmp_path, monke
             assert label in run.label_names and 0.0 <= float(probability) <= 1.0
 
     saved_model, tflite = tmp_path / "export", tmp_path / "model.tflite"
-    export_saved_model(run.model, run.tokenizer, run.config, saved_model, run.task,
-                       label_names=run.label_names)
+    export_saved_model(run.model, run.config, saved_model, run.task)
     export_tflite(run.model, tflite, run.task)
     report = verify_run_exports(run, saved_model, tflite)
     assert report["ok"], report

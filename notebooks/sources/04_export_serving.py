@@ -103,7 +103,7 @@ sentences = sentences[:8]
 
 # %%
 EXPORT = WORK / "models" / "translator" / "1"
-export_saved_model(model, tokenizer, run.config, EXPORT, task="translation")
+export_saved_model(model, run.config, EXPORT, run.task)  # the run's Task: tokenizer included
 for path in sorted(EXPORT.rglob("*")):
     if path.is_file():
         print(f"{path.stat().st_size:>10,} B  {path.relative_to(EXPORT)}")
@@ -181,7 +181,7 @@ for source, translation in zip(sentences, cli_output["translations"], strict=Fal
 # here (`python -m export verify` is the same from the shell).
 
 # %%
-report = verify_saved_model(EXPORT, model, tokenizer, "translation", use_saved_model_cli=False)
+report = verify_saved_model(EXPORT, model, run.task, use_saved_model_cli=False)
 print(json.dumps(report, indent=1))
 
 # %% [markdown]
@@ -222,10 +222,7 @@ source_length = 24
 tflite_paths = {}
 for quantize in ("none", "int8"):
     tflite_paths[quantize] = export_tflite(
-        model,
-        WORK / f"translator-{quantize}.tflite",
-        "translation",
-        quantize=quantize,
+        model, WORK / f"translator-{quantize}.tflite", run.task, quantize=quantize,
         sequence_length=source_length,
     )
 sizes = {q: os.path.getsize(p) for q, p in tflite_paths.items()}

@@ -40,23 +40,18 @@ def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
     from export.saved_model import export_saved_model
     from training.runs.predict import SavedModelPredictor
     from training.runs.run_dir import load_run
-    from training.tasks import get_task
 
     run = load_run(run_dir)
     export_dir = os.path.join(run_dir, "export", "saved_model")
     if os.path.isdir(export_dir):
         shutil.rmtree(export_dir)
-    export_saved_model(
-        run.model, run.tokenizer, run.config, export_dir, task=run.task,
-        label_names=run.label_names,
-    )
+    export_saved_model(run.model, run.config, export_dir, run.task)
     print(f"\n== Exported SavedModel to {export_dir} ==")
     # A few test sources when the run printed examples, else the probes
     # that verification uses.
     request = [e["source"] for e in metrics.get("examples", [])][:3]
     if not request:
-        task = get_task(run.task, tokenizer=run.tokenizer, label_names=run.label_names)
-        request = list(task.probe_inputs(run.model, num_examples=3))[:3]
+        request = list(run.task.probe_inputs(run.model, num_examples=3))[:3]
     response = SavedModelPredictor(export_dir).predict(request)
     print("== One request through the reloaded SavedModel (serving_default) ==")
     shown = reprlib.Repr()

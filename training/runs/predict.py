@@ -78,7 +78,7 @@ def predict_run(run, inputs, beam_size=1, batch_size=64):
         beam_size: Beams of a translator (1: greedy).
         batch_size: Inputs per model call.
     """
-    task = get_task(run.task, tokenizer=run.tokenizer, label_names=run.label_names)
+    task = run.task
     task.check_beam_size(beam_size)
     length_penalty = run.config.get("length_penalty", 0.6)
     return answer_in_batches(

@@ -181,17 +181,28 @@ def prepare_run_dir(run_dir, config, overwrite=False):
 class Run:
     """What a finished run directory holds, loaded.
 
-    `task` is the config's task name; `predict` answers raw inputs through
-    it (`training.runs.predict`).
+    `task` is the run's `training.tasks.Task`, its tokenizer and class
+    names loaded from the run directory; `predict` answers raw inputs
+    through it (`training.runs.predict`), and the exporters take it as it
+    is (`export.saved_model.export_saved_model(run.model, run.config, path,
+    run.task)`).
     """
 
     run_dir: str
-    task: str
+    task: object
     config: dict
     model: keras.Model
-    tokenizer: object | None
-    label_names: list | None
     metrics: dict
+
+    @property
+    def tokenizer(self):
+        """The run's tokenizer (None for numeric and image input)."""
+        return self.task.tokenizer
+
+    @property
+    def label_names(self):
+        """The run's class names (None for translation)."""
+        return self.task.label_names
 
     def predict(self, inputs, beam_size=1, batch_size=64):
         """One output line per input: a translation, or `label<TAB>probability`.
@@ -233,4 +244,4 @@ def load_run(run_dir):
         with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
     model = keras.saving.load_model(model_path)
-    return Run(run_dir, config["task"], config, model, task.tokenizer, task.label_names, metrics)
+    return Run(run_dir, task, config, model, metrics)

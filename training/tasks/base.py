@@ -37,6 +37,21 @@ TASK_FIELDS = {**option_defaults(), "rare_word_pieces": 0, "token_dropout": 0.0,
                "rare_word_dropout": 0.0, "head_norm": False}
 
 
+def require_task(task, argument="task"):
+    """`task` itself when it is a `Task`; a clear error for a name or anything else.
+
+    Exporters and verifiers take the task object, which carries the
+    tokenizer and class names a name alone cannot.
+    """
+    if isinstance(task, Task):
+        return task
+    hint = ""
+    if isinstance(task, str):
+        hint = (f" (for a name use training.tasks.get_task({task!r}, tokenizer=..., "
+                "label_names=...); a loaded run holds its task as run.task)")
+    raise TypeError(f"{argument} must be a training.tasks.Task; received {task!r}{hint}.")
+
+
 class Task:
     """One kind of problem; subclasses fill in the hooks.
 
