@@ -46,8 +46,8 @@ def _build(kind):
     if kind == "classifier_tokens":
         return TransformerClassifier(vocabulary_size=20, **CLASSIFIER), SOURCE
     if kind == "classifier_ngrams":
-        return TransformerClassifier(  # the text presets' model, with the head_norm option
-            vocabulary_size=20, ngram_widths=(2, 3), pooling="max", head_norm=True, **CLASSIFIER
+        return TransformerClassifier(  # n-gram convolutions before the encoder
+            vocabulary_size=20, ngram_widths=(2, 3), pooling="max", **CLASSIFIER
         ), SOURCE
     return TransformerClassifier(num_features=3, **CLASSIFIER), FEATURES
 
@@ -309,46 +309,3 @@ def test_classifier_without_encoder_layers_pools_the_ngram_features():
         vocabulary_size=20, ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 1}
     )
     assert with_block.ngram_convolution.residual
-
-
-@pytest.mark.parametrize("head_norm", [True, False])
-def test_the_head_norm_makes_the_head_blind_to_a_level_every_pooled_feature_shares(head_norm):
-    """Max-pooled ReLU features are >= 0 and share a level from one sentence
-    to the next, which moves every head unit's input the same way (session
-    18: most of the head's ReLUs died on MR).  With `head_norm` the head
-    sees each example's features less their mean, over their spread: the
-    logits do not change when every pooled feature is shifted by one
-    constant and scaled by another; without it they do."""
-    keras.utils.set_random_seed(5)
-    model = TransformerClassifier(
-        vocabulary_size=20, ngram_widths=(2,), pooling="max", head_norm=head_norm,
-        **{**CLASSIFIER, "num_layers": 0},
-    )
-    model(SOURCE)
-    # A trained LayerNorm, not its identity init: the head applies gamma and beta.
-    gamma = np.linspace(0.5, 2.0, CLASSIFIER["hidden_dim"]).astype("float32")
-    if head_norm:
-        model.head_norm.set_weights([gamma, gamma - 1.0])
-    pooled = ops.convert_to_numpy(model._pooled_features(SOURCE))
-    logits = ops.convert_to_numpy(model._head(pooled))
-    np.testing.assert_allclose(logits, model(SOURCE), atol=1e-5)
-    shifted = ops.convert_to_numpy(model._head(3.0 * pooled + 5.0))
-    if head_norm:
-        centred = pooled - pooled.mean(-1, keepdims=True)
-        normed = centred / np.sqrt(centred.var(-1, keepdims=True) + 1e-6) * gamma + gamma - 1.0
-        expected = model.head_output(model.head_hidden(normed))
-        np.testing.assert_allclose(logits, expected, atol=1e-4)
-        np.testing.assert_allclose(shifted, logits, atol=1e-4)
-    else:
-        assert model.head_norm is None
-        assert np.abs(shifted - logits).max() > 1e-2
-
-
-def test_head_norm_round_trips_through_the_config_and_refuses_a_non_bool():
-    model = TransformerClassifier(vocabulary_size=20, head_norm=True, **CLASSIFIER)
-    restored = TransformerClassifier.from_config(model.get_config())
-    assert restored.get_config()["head_norm"] is True and restored.head_norm is not None
-    assert "head_norm" not in [layer.name for layer in
-                               TransformerClassifier(vocabulary_size=20, **CLASSIFIER).layers]
-    with pytest.raises(ValueError, match=r"head_norm='yes'"):
-        TransformerClassifier(vocabulary_size=20, head_norm="yes", **CLASSIFIER)

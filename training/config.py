@@ -177,12 +177,6 @@ class TrainingConfig:
     # least n times in the training text (up to vocabulary_size, the most
     # frequent first), every other word one [UNK] (Kim 2014); 0: word pieces.
     min_word_count: int = 0
-    # Text classification with min_word_count > 0: n > 0 gives n of the
-    # vocabulary_size ids to word pieces learned on the words the vocabulary
-    # does not keep, so that such a word is cut into pieces ("cowboy ##s",
-    # "de ##pt ##h") instead of one [UNK]; 0: one [UNK].  500 was tried on
-    # the presets and not adopted (README, Kim's four other sets and TREC).
-    rare_word_pieces: int = 0
     # Text classification, ensemble of k: true pools the training sentences
     # and those of a validation file, if any, trains member i on all but
     # fold i (sentence j is in fold j mod 10) and validates it there, so the
@@ -190,21 +184,6 @@ class TrainingConfig:
     # member's accuracy on its own fold; false validates all members on the
     # validation file, or without one holds out every 10th sentence.
     cross_fit: bool = False
-    # Text classification: word dropout; while training each token is
-    # replaced by [UNK] with this probability (TransformerClassifier
-    # `token_dropout`, Iyyer et al. 2015); 0: none.  0.1 was tried on the
-    # presets and not adopted (README, Kim's four other sets).
-    token_dropout: float = 0.0
-    # Text classification: word dropout by frequency; while training a word
-    # seen c times in the training text is replaced by [UNK] with probability
-    # alpha / (alpha + c) (TransformerClassifier `rare_word_dropout`,
-    # Kiperwasser & Goldberg 2016); 0: none.  0.25 with min_word_count=1 was
-    # tried on the presets and not adopted (README, Kim's four other sets).
-    rare_word_dropout: float = 0.0
-    # Text classification: LayerNorm of the pooled sentence features before
-    # the head (TransformerClassifier `head_norm`): without it most of the
-    # head's ReLUs died on MR, all of them with dropout 0.5.
-    head_norm: bool = False
     # Text classification: each word also carries its spelling, the hashed
     # ids of its character 3-5-grams, whose mean vector is added to its
     # embedding (`CharNGramTokenizer`, TransformerClassifier
@@ -264,7 +243,7 @@ class TrainingConfig:
                 f"`patch_stride` must not exceed `patch_length`; received patch_stride="
                 f"{self.patch_stride!r}, patch_length={self.patch_length!r}."
             )
-        for name in ("mixup_alpha", "rare_word_dropout"):
+        for name in ("mixup_alpha",):
             value = getattr(self, name)
             if isinstance(value, bool) or not (
                 isinstance(value, (int, float)) and 0 <= value < math.inf
@@ -272,13 +251,6 @@ class TrainingConfig:
                 raise ValueError(
                     f"`{name}` must be a finite number >= 0; received {name}={value!r}."
                 )
-        if isinstance(self.token_dropout, bool) or not (
-            isinstance(self.token_dropout, (int, float)) and 0 <= self.token_dropout < 1
-        ):
-            raise ValueError(
-                "`token_dropout` must be a number in [0, 1); received "
-                f"token_dropout={self.token_dropout!r}."
-            )
         if not isinstance(self.ngram_widths, tuple) or any(
             not isinstance(w, int) or isinstance(w, bool) or w <= 0 for w in self.ngram_widths
         ):
@@ -286,13 +258,13 @@ class TrainingConfig:
                 "`ngram_widths` must be a list of positive integers; received "
                 f"ngram_widths={self.ngram_widths!r}."
             )
-        for name in ("min_word_count", "rare_word_pieces", "char_ngram_buckets"):
+        for name in ("min_word_count", "char_ngram_buckets"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(
                     f"`{name}` must be a non-negative integer; received {name}={value!r}."
                 )
-        for name in ("standardize_series", "cross_fit", "head_norm"):
+        for name in ("standardize_series", "cross_fit"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"`{name}` must be true or false; received {name}={getattr(self, name)!r}."
@@ -347,27 +319,6 @@ class TrainingConfig:
                     f"(task={self.task!r} does not derive it from the data)."
                 )
         task.check_config(self)
-        self._check_rare_word_pieces()
-
-    def _check_rare_word_pieces(self):
-        """`rare_word_pieces` cuts the words a whole-word vocabulary leaves out,
-        within `vocabulary_size`."""
-        if not self.rare_word_pieces:
-            return
-        if not self.min_word_count:
-            raise ValueError(
-                f"`rare_word_pieces` cuts the words a whole-word vocabulary leaves out, so it "
-                f"needs min_word_count > 0; received rare_word_pieces={self.rare_word_pieces!r} "
-                f"with min_word_count={self.min_word_count!r} (word pieces for every word)."
-            )
-        from keras_transformer.models.transformer_config import RESERVED_TOKENS
-
-        if self.rare_word_pieces >= self.vocabulary_size - len(RESERVED_TOKENS):
-            raise ValueError(
-                f"`rare_word_pieces` must leave ids for words in the vocabulary; received "
-                f"rare_word_pieces={self.rare_word_pieces!r} with "
-                f"vocabulary_size={self.vocabulary_size!r}."
-            )
 
 
 def _choice(name, value, choices):

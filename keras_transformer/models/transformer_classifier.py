@@ -15,7 +15,6 @@ from keras_transformer.layers.sinusoidal_position_encoding import (
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
-from keras_transformer.layers.token_dropout import RareWordDropout, TokenDropout
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
     check_bool,
@@ -28,7 +27,6 @@ from keras_transformer.layers.validation import (
     check_token_ids,
 )
 from keras_transformer.models._xla_dropout import XLADropoutMixin
-from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
 
 
 def class_probabilities(logits, num_classes):
@@ -115,7 +113,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
     The encoder output is pooled over real positions (padding excluded):
     averaged (`pooling="mean"`) or its maximum per feature (`"max"`,
-    max-over-time as Kim's CNN), then (with `head_norm`) a LayerNorm, and
+    max-over-time as Kim's CNN), then
     `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
 
     Args:
@@ -130,14 +128,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             `patch_length` > 1 (learned positions only).
         positions: `"sinusoidal"` or `"learned"`.
         head_hidden_dim: width of the head's hidden layer (d_model if None).
-        head_norm: LayerNorm of the pooled features before the head.
-            Max-pooled ReLU features are all >= 0, with a level they share
-            from one input to the next, so the head's pre-activations move
-            together: a ReLU pushed below zero for one input is below zero
-            for all and never gets a gradient again.  On a binary sentence
-            set most of the head's units died that way, and with dropout
-            0.5 all of them (the classifier then stayed at chance); with
-            the norm it learns.
         patch_length: time steps per token (numeric input only); 1 gives
             one token per step.  A single value per token gives attention
             little to compare; the generated task of notebook 05 is learned
@@ -158,15 +148,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             on its partner's (`compute_loss`).  The training call then
             returns `(B, num_classes + 1)`: the logits and lam.  Inference
             is unchanged.
-        token_dropout: word dropout (token input only): while training,
-            each real token id is replaced by `[UNK]` (id 1) with this
-            probability (`keras_transformer.layers.TokenDropout`); 0: none.
-        rare_word_dropout: word dropout by frequency (token input only):
-            alpha of `keras_transformer.layers.RareWordDropout`, which
-            replaces a word seen c times in the training text by `[UNK]`
-            with probability alpha / (alpha + c) while training; the counts
-            are set by `set_word_counts` (until then nothing is replaced)
-            and saved with the weights; 0: none.
         char_ngram_buckets: hash buckets of the tokens' character n-grams
             (token input only; above); 0: none.
         char_ngrams_per_word: G, the n-gram ids each token carries.
@@ -202,7 +183,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         positions="sinusoidal",
         normalize_first=False,
         head_hidden_dim=None,
-        head_norm=False,
         layer_norm_epsilon=1e-6,
         patch_length=1,
         patch_stride=None,
@@ -210,8 +190,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         ngram_widths=None,
         pooling="mean",
         mixup_alpha=0.0,
-        token_dropout=0.0,
-        rare_word_dropout=0.0,
         char_ngram_buckets=0,
         char_ngrams_per_word=32,
         dtype=None,
@@ -237,15 +215,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_choice("positions", positions, ("sinusoidal", "learned"))
         check_choice("pooling", pooling, ("mean", "max"))
         check_non_negative("mixup_alpha", mixup_alpha)
-        check_rate("token_dropout", token_dropout)
-        check_non_negative("rare_word_dropout", rare_word_dropout)
-        for name, value in (("token_dropout", token_dropout),
-                            ("rare_word_dropout", rare_word_dropout)):
-            if vocabulary_size is None and value:
-                raise ValueError(
-                    f"`{name}` applies to token input (vocabulary_size) only; received "
-                    f"{name}={value!r} with num_features={num_features!r}."
-                )
         check_non_negative_int("char_ngram_buckets", char_ngram_buckets)  # 0: none
         check_positive_int("char_ngrams_per_word", char_ngrams_per_word)
         if vocabulary_size is None and char_ngram_buckets:
@@ -257,7 +226,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
         check_bool("standardize_series", standardize_series)
-        check_bool("head_norm", head_norm)
         numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
                         ("standardize_series", standardize_series, False))
         for name, value, default in numeric_only:
@@ -275,18 +243,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             )
 
         # === Layers ===
-        # Only built when used: a layer with a seed generator changes what
-        # a checkpoint of the model holds.
-        self.token_dropout_layer = (
-            TokenDropout(token_dropout, replacement_id=UNK_ID, pad_id=PAD_ID, dtype=dtype,
-                         name="token_dropout")
-            if token_dropout else None
-        )
-        self.rare_word_dropout_layer = (
-            RareWordDropout(rare_word_dropout, vocabulary_size, replacement_id=UNK_ID,
-                            pad_id=PAD_ID, dtype=dtype, name="rare_word_dropout")
-            if rare_word_dropout else None
-        )
         if vocabulary_size is not None:
             self.embedding = TokenAndPositionEmbedding(
                 vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
@@ -346,12 +302,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             MaskedMeanPooling(dtype=dtype, name="mean_pooling") if pooling == "mean"
             else MaskedMaxPooling(dtype=dtype, name="max_pooling")
         )
-        self.head_norm = (
-            keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=dtype, name="head_norm"
-            )
-            if head_norm else None
-        )
         self.head_hidden = keras.layers.Dense(
             head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
         )
@@ -373,8 +323,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         outputs = self._head(self._pooled_features(inputs))  # (B, num_classes)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.mixup_alpha = float(mixup_alpha)
-        self.token_dropout = float(token_dropout)
-        self.rare_word_dropout = float(rare_word_dropout)
         self.mixup_seed = keras.random.SeedGenerator() if mixup_alpha else None
 
         # === Config ===
@@ -390,7 +338,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.positions = positions
         self.normalize_first = normalize_first
         self.head_hidden_dim = head_hidden_dim
-        self.use_head_norm = head_norm
         self.layer_norm_epsilon = layer_norm_epsilon
         self.patch_length = patch_length
         self.patch_stride = patch_stride
@@ -402,7 +349,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         """Token input -> `(x, mask)`: the tokens' embeddings with their
         positions (and, with `char_ngram_buckets`, the mean vector of their
         n-grams) `(B, T, d)`, and `(B, T)` True at real tokens.  The first
-        layers of the model (word dropouts act while training only).
+        layers of the model.
 
         `token_ids`: `(B, T)`, or packed `(B, T, 1 + G)` with `char_ngram_buckets`.
         """
@@ -410,10 +357,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         if self.char_ngram_buckets:
             grams, token_ids = token_ids[..., 1:], token_ids[..., 0]  # (B, T, G), (B, T)
         mask = padding_mask(token_ids)
-        if self.token_dropout_layer is not None:
-            token_ids = self.token_dropout_layer(token_ids)  # training only
-        if self.rare_word_dropout_layer is not None:
-            token_ids = self.rare_word_dropout_layer(token_ids)  # training only
         x = self.embedding(token_ids)
         if grams is not None:
             vectors = self.char_ngram_embedding(grams)  # (B, T, G, d)
@@ -447,8 +390,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
     def _head(self, x):
         """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
-        if self.head_norm is not None:
-            x = self.head_norm(x)
         x = self.head_dropout(self.head_hidden(x))
         return self.logits_cast(self.head_output(x))
 
@@ -490,15 +431,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         """Class probabilities from logits: sigmoid for 1 class, else softmax."""
         return class_probabilities(logits, self.num_classes)
 
-    def set_word_counts(self, counts):
-        """Each id's count in the training text, for `rare_word_dropout`."""
-        if self.rare_word_dropout_layer is None:
-            raise ValueError(
-                "`set_word_counts` needs rare_word_dropout > 0; received "
-                f"rare_word_dropout={self.rare_word_dropout!r}."
-            )
-        self.rare_word_dropout_layer.set_counts(counts)
-
     def get_config(self):
         return {
             "name": self.name,
@@ -517,7 +449,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "positions": self.positions,
             "normalize_first": self.normalize_first,
             "head_hidden_dim": self.head_hidden_dim,
-            "head_norm": self.use_head_norm,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "patch_length": self.patch_length,
             "patch_stride": self.patch_stride,
@@ -525,8 +456,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "ngram_widths": list(self.ngram_widths),
             "pooling": self.pooling_mode,
             "mixup_alpha": self.mixup_alpha,
-            "token_dropout": self.token_dropout,
-            "rare_word_dropout": self.rare_word_dropout,
             "char_ngram_buckets": self.char_ngram_buckets,
             "char_ngrams_per_word": self.char_ngrams_per_word,
         }

@@ -33,8 +33,7 @@ from training.text.tokenizers import load_tokenizer
 #: TrainingConfig fields that only some tasks use, with their unset value.
 TASK_FIELDS = {"patch_length": 1, "patch_stride": None, "standardize_series": False,
                "mixup_alpha": 0.0, "ensemble_size": 1, "ngram_widths": (), "pooling": "mean",
-               "min_word_count": 0, "rare_word_pieces": 0, "cross_fit": False, "token_dropout": 0.0,
-               "rare_word_dropout": 0.0, "head_norm": False, "char_ngram_buckets": 0}
+               "min_word_count": 0, "cross_fit": False, "char_ngram_buckets": 0}
 
 
 class Task:

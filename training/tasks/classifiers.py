@@ -214,8 +214,7 @@ class OutOfFold:
                 f"out, no better than always answering their most common class "
                 f"({majority:.3f}): it learned nothing, {fate}. "
                 "On MR this was the classifier head's ReLUs, all inactive after two epochs "
-                "with dropout 0.5; head_norm=true (a LayerNorm before the head) or a lower "
-                "model.dropout avoids it.",
+                "with dropout 0.5; a lower model.dropout avoids it.",
                 LearnedNothingWarning,
                 stacklevel=2,
             )
