@@ -40,6 +40,7 @@ from keras_transformer.layers import MultiHeadAttention  # noqa: E402
 from keras_transformer.models import (  # noqa: E402
     START_ID,
     ClassifierEnsemble,
+    TextCNNClassifier,
     Transformer,
     TransformerClassifier,
 )
@@ -181,9 +182,9 @@ figures["ngram_classifier_loss_first_last"] = [history[0], history[-1]]
 # Kim's form (no block), trained with mixup of its pooled features: the
 # training call returns lam beside the logits, and the model still learns.
 def kim_form(**name):
-    return TransformerClassifier(
-        num_classes=2, vocabulary_size=12, num_layers=0, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
+    return TextCNNClassifier(
+        num_classes=2, vocabulary_size=12, hidden_dim=8, dropout=0.0,
+        max_sequence_length=16, ngram_widths=(2, 3),
         pooling="max", mixup_alpha=0.4, **name,
     )
 

@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from keras_transformer.models import (
+    ClassifierEnsemble,
+    TextCNNClassifier,
+)
 from training.config import TrainingConfig, load_config
 from training.pipeline import datasets
 from training.tasks import get_task
@@ -25,9 +28,8 @@ from training.train import train
 
 
 def _member(name, num_classes=3, mixup_alpha=0.0):
-    return TransformerClassifier(
-        num_classes=num_classes, vocabulary_size=20, num_layers=0, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=0.0, max_sequence_length=8, ngram_widths=(2, 3),
+    return TextCNNClassifier(
+        num_classes=num_classes, vocabulary_size=20, hidden_dim=8, dropout=0.0, max_sequence_length=8, ngram_widths=(2, 3),
         pooling="max", mixup_alpha=mixup_alpha, name=name,
     )
 

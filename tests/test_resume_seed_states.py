@@ -11,14 +11,16 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from keras_transformer.models import (
+    ClassifierEnsemble,
+    TextCNNClassifier,
+)
 from training.runs.resume import ResumableCheckpoint
 
 
 def _ensemble(mixup_alpha=0.4, size=2):
-    model = ClassifierEnsemble([TransformerClassifier(
-        num_classes=3, vocabulary_size=20, num_layers=0, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=0.1, max_sequence_length=8, ngram_widths=(2,),
+    model = ClassifierEnsemble([TextCNNClassifier(
+        num_classes=3, vocabulary_size=20, hidden_dim=8, dropout=0.1, max_sequence_length=8, ngram_widths=(2,),
         pooling="max", mixup_alpha=mixup_alpha, name=f"member_{i}") for i in range(size)])
     model.compile(optimizer="adam",
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.models import (
+    TextCNNClassifier,
     Transformer,
     TransformerClassifier,
     VisionTransformer,
@@ -123,8 +124,7 @@ def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
     loss, metrics = task.loss_and_metrics(config)
     tokens = np.array([[5, 6, 7, 0], [8, 9, 10, 0]] * 4, "int32")
     labels = np.array([0, 1] * 4, "int32")
-    model = TransformerClassifier(num_classes=1, vocabulary_size=16, num_layers=0,
-                                  hidden_dim=8, num_heads=2, intermediate_dim=16)
+    model = TextCNNClassifier(num_classes=1, vocabulary_size=16, hidden_dim=8, ngram_widths=())
     model.compile(keras.optimizers.Adam(0.05), loss, metrics=metrics)
     history = model.fit(tokens, labels, batch_size=8, epochs=20, verbose=0).history
     assert history["loss"][-1] < 0.5 * history["loss"][0], history["loss"]

@@ -1,19 +1,14 @@
 """An encoder-only Transformer classifier for token or numeric sequences."""
 
 import keras
-from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
 from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
-)
-from keras_transformer.layers.token_and_position_embedding import (
-    TokenAndPositionEmbedding,
 )
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
@@ -24,64 +19,17 @@ from keras_transformer.layers.validation import (
     check_non_negative_int,
     check_positive_int,
     check_rate,
-    check_token_ids,
 )
-from keras_transformer.models._xla_dropout import XLADropoutMixin
-
-
-def class_probabilities(logits, num_classes):
-    """Float32 class probabilities `(B, K)` from a classifier head's logits.
-
-    Sigmoid for a single logit (binary tasks), softmax over `K >= 2`; the
-    rule every classifier here (and every exporter serving one) shares.
-    """
-    logits = ops.cast(logits, "float32")
-    if num_classes == 1:
-        return ops.sigmoid(logits)
-    return ops.softmax(logits, axis=-1)
-
-
-def mixup_lambda(batch_size, alpha, seed):
-    """float32 `(B,)`: lam ~ Beta(alpha, alpha), folded to [0.5, 1] so that
-    each example stays the main one of its mix."""
-    lam = keras.random.beta((batch_size,), alpha, alpha, dtype="float32", seed=seed)
-    return ops.maximum(lam, 1.0 - lam)
-
-
-def is_mixed(y_pred, num_classes):
-    """Whether `y_pred` is a mixup training output: logits and lam, `(..., K + 1)`."""
-    return y_pred is not None and y_pred.shape[-1] == num_classes + 1
-
-
-def unmixed_logits(y_pred, num_classes):
-    """`y_pred` without its mixup lam: the logits `(..., K)`, whichever output it is."""
-    return y_pred[..., :-1] if is_mixed(y_pred, num_classes) else y_pred
-
-
-def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None, training=True):
-    """`compute_loss` (a `Model.compute_loss`) of a classifier's output `(B, K)`,
-    or of a mixup training output `(B, K + 1)` (logits, lam):
-    mean_i w_i lam_i L(y_i) + w_{B-1-i} (1 - lam_i) L(y_{B-1-i}): each label's
-    term times the sample weight of the example that label belongs to, so
-    that an example of weight 0 (one a member holds out) teaches no one its
-    label, not even as another example's partner.
-
-    Both mixup terms go through the compiled loss as sample weights; they
-    are doubled and the sum halved so that the model's own losses (weight
-    regularisers), which each call adds once, count once.
-    """
-    if not is_mixed(y_pred, num_classes):
-        return compute_loss(x, y, y_pred, sample_weight, training=training)
-    logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
-    weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
-    own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
-    partner = compute_loss(x, ops.flip(y, axis=0), logits,
-                           2.0 * (1.0 - lam) * ops.flip(weight, axis=0), training=training)
-    return 0.5 * (own + partner)
+from keras_transformer.models.pooled_classifier import (
+    PooledClassifier,
+    embed_tokens,
+    token_embedding_layers,
+    token_input,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(XLADropoutMixin, keras.Model):
+class TransformerClassifier(PooledClassifier):
     """The Transformer encoder, pooled, under a small classification head.
 
     Two kinds of input, chosen by which size is given:
@@ -106,10 +54,11 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
       normalization, as RevIN and PatchTST do), so that the model sees shape
       and not level or scale, whatever units the file is in.
 
-    With `ngram_widths`, an `NGramConvolution` sub-layer mixes each token
-    with its neighbours before the encoder (convolutions of those widths,
-    as Kim's 2014 sentence CNN): on a few thousand sentences a short phrase
-    decides the class, and attention alone learns to find it late.
+    With `ngram_widths`, an `NGramConvolution` residual sub-layer mixes each
+    token with its neighbours before the encoder (convolutions of those
+    widths): on a few thousand sentences a short phrase decides the class,
+    and attention alone learns to find it late.  Kim's CNN itself, with no
+    encoder, is `TextCNNClassifier`.
 
     The encoder output is pooled over real positions (padding excluded):
     averaged (`pooling="mean"`) or its maximum per feature (`"max"`,
@@ -151,12 +100,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         char_ngram_buckets: hash buckets of the tokens' character n-grams
             (token input only; above); 0: none.
         char_ngrams_per_word: G, the n-gram ids each token carries.
-
-    `num_layers=0` leaves the encoder out: the embeddings are pooled
-    directly, a bag-of-words baseline to compare attention with; with
-    `ngram_widths`, the n-gram convolutions' ReLU features are pooled as
-    they are (`NGramConvolution(residual=False)`, Kim's CNN), with no
-    residual sum or LayerNorm, which exist to feed encoder blocks.
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -204,7 +147,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_positive_int("num_classes", num_classes)
         check_positive_int("vocabulary_size", vocabulary_size, allow_none=True)
         check_positive_int("num_features", num_features, allow_none=True)
-        check_non_negative_int("num_layers", num_layers)
+        if num_layers == 0 and not isinstance(num_layers, bool):
+            raise ValueError(
+                "`num_layers` must be at least 1 (the encoder blocks); received num_layers=0. "
+                "Word n-gram convolutions without attention are `TextCNNClassifier`."
+            )
+        check_positive_int("num_layers", num_layers)
         for name, value in (("hidden_dim", hidden_dim),
                             ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
                             ("max_sequence_length", max_sequence_length)):
@@ -244,19 +192,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
 
         # === Layers ===
         if vocabulary_size is not None:
-            self.embedding = TokenAndPositionEmbedding(
-                vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
-                dtype=dtype, name="token_embedding",
-            )
-            # Hashed character n-grams of each word (fastText): input
-            # (B, T, 1 + G), the word id then G bucket ids (0: none).
-            self.char_ngram_embedding = (
-                keras.layers.Embedding(
-                    char_ngram_buckets + 1, hidden_dim,
-                    embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
-                    dtype=dtype, name="char_ngram_embedding",
-                )
-                if char_ngram_buckets else None
+            self.embedding, self.char_ngram_embedding = token_embedding_layers(
+                vocabulary_size, hidden_dim, max_sequence_length, positions, char_ngram_buckets,
+                dtype=dtype,
             )
         else:
             # GroupNormalization with one group per feature is instance
@@ -282,7 +220,7 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             )
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
-                             residual=num_layers > 0, dtype=dtype, name="ngram_convolution")
+                             dtype=dtype, name="ngram_convolution")
             if ngram_widths else None
         )
         self.embedding_dropout = Dropout(dropout, dtype=dtype)
@@ -313,11 +251,8 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.vocabulary_size = vocabulary_size  # token or numeric input (_pooled_features)
         self.char_ngram_buckets = int(char_ngram_buckets)
         self.char_ngrams_per_word = int(char_ngrams_per_word)
-        if vocabulary_size is not None and char_ngram_buckets:
-            inputs = keras.Input((None, 1 + self.char_ngrams_per_word), dtype="int32",
-                                 name="token_ids")
-        elif vocabulary_size is not None:
-            inputs = keras.Input((None,), dtype="int32", name="token_ids")
+        if vocabulary_size is not None:
+            inputs = token_input(char_ngram_buckets, self.char_ngrams_per_word)
         else:
             inputs = keras.Input((None, num_features), dtype="float32", name="features")
         outputs = self._head(self._pooled_features(inputs))  # (B, num_classes)
@@ -346,25 +281,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.pooling_mode = pooling
 
     def token_features(self, token_ids):
-        """Token input -> `(x, mask)`: the tokens' embeddings with their
-        positions (and, with `char_ngram_buckets`, the mean vector of their
-        n-grams) `(B, T, d)`, and `(B, T)` True at real tokens.  The first
-        layers of the model.
-
-        `token_ids`: `(B, T)`, or packed `(B, T, 1 + G)` with `char_ngram_buckets`.
-        """
-        grams = None
-        if self.char_ngram_buckets:
-            grams, token_ids = token_ids[..., 1:], token_ids[..., 0]  # (B, T, G), (B, T)
-        mask = padding_mask(token_ids)
-        x = self.embedding(token_ids)
-        if grams is not None:
-            vectors = self.char_ngram_embedding(grams)  # (B, T, G, d)
-            present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
-            count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
-            mean = ops.sum(vectors * present, axis=2) / count  # 0 for a word without n-grams
-            x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)  # scaled as the tokens
-        return x, mask
+        """Token input -> `(x, mask)`, the model's first layers
+        (`pooled_classifier.embed_tokens`)."""
+        return embed_tokens(self.embedding, self.char_ngram_embedding, token_ids)
 
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
@@ -392,44 +311,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
         x = self.head_dropout(self.head_hidden(x))
         return self.logits_cast(self.head_output(x))
-
-    def call(self, inputs, training=None, mask=None, **kwargs):
-        # Validate before the functional graph casts float ids to int32.
-        if self.vocabulary_size is not None:
-            check_token_ids("token_ids", inputs)
-        if training and self.mixup_alpha:
-            # Run by the layers themselves: the mixing sits between the
-            # graph's pooling and its head.  The call context carries
-            # training=True to the dropouts.
-            pooled = self._pooled_features(inputs)
-            lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
-            weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
-            mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)
-            logits = self._head(mixed)
-            return ops.concatenate([logits, ops.expand_dims(lam, -1)], axis=-1)
-        # Explicit class: AutoGraph cannot resolve zero-argument super().
-        return super(TransformerClassifier, self).call(  # noqa: UP008 (AutoGraph)
-            inputs, training=training, mask=mask, **kwargs
-        )
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        parent = super(TransformerClassifier, self)  # noqa: UP008 (AutoGraph)
-        return classifier_loss(parent.compute_loss, x, y, y_pred, self.num_classes,
-                               sample_weight, training)
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        # A mixup output is scored against each example's own (main) label.
-        return super(TransformerClassifier, self).compute_metrics(  # noqa: UP008 (AutoGraph)
-            x, y, unmixed_logits(y_pred, self.num_classes), sample_weight=sample_weight
-        )
-
-    @property
-    def input_name(self):
-        return "token_ids" if self.vocabulary_size is not None else "features"
-
-    def probabilities(self, logits):
-        """Class probabilities from logits: sigmoid for 1 class, else softmax."""
-        return class_probabilities(logits, self.num_classes)
 
     def get_config(self):
         return {
@@ -459,10 +340,3 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "char_ngram_buckets": self.char_ngram_buckets,
             "char_ngrams_per_word": self.char_ngrams_per_word,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
