@@ -9,6 +9,7 @@ between their input stem and their pooling; both subclass
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
@@ -123,11 +124,23 @@ def token_input(char_ngram_buckets, char_ngrams_per_word):
     return keras.Input((None,), dtype="int32", name="token_ids")
 
 
+def head_layers(num_classes, hidden_dim, dropout, dtype=None):
+    """The classification head's layers, in the order they are applied:
+    `Dense(hidden_dim, relu)`, `Dropout`, `Dense(num_classes)`, and a
+    float32 cast of the logits (`PooledClassifier._head`)."""
+    return (
+        keras.layers.Dense(hidden_dim, activation="relu", dtype=dtype, name="head_hidden"),
+        Dropout(dropout, dtype=dtype),
+        keras.layers.Dense(num_classes, dtype=dtype, name="head_output"),
+        keras.layers.Activation("linear", dtype="float32", name="logits"),
+    )
+
+
 class PooledClassifier(XLADropoutMixin, keras.Model):
     """A functional classifier whose graph is `_head(_pooled_features(x))`.
 
-    Subclasses build their layers, define `_pooled_features` (inputs ->
-    `(B, d)`) and `_head` (`(B, d)` -> float32 logits), set
+    Subclasses build their layers (the head's by `head_layers`), define
+    `_pooled_features` (inputs -> `(B, d)`), set
     `vocabulary_size`, `num_classes` and `mixup_alpha`/`mixup_seed`, and
     call `keras.Model.__init__(inputs=..., outputs=...)`.  This class adds
     what every such classifier does alike: token ids checked before the
@@ -136,6 +149,11 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
     `(B, num_classes + 1)` (the logits, then lam), whose loss
     `classifier_loss` takes; metrics on the unmixed logits; probabilities.
     """
+
+    def _head(self, x):
+        """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
+        x = self.head_dropout(self.head_hidden(x))
+        return self.logits_cast(self.head_output(x))
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         # Validate before the functional graph casts float ids to int32.

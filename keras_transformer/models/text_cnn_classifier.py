@@ -15,6 +15,7 @@ from keras_transformer.layers.validation import (
 from keras_transformer.models.pooled_classifier import (
     PooledClassifier,
     embed_tokens,
+    head_layers,
     token_embedding_layers,
     token_input,
 )
@@ -117,12 +118,9 @@ class TextCNNClassifier(PooledClassifier):
             MaskedMeanPooling(dtype=dtype, name="mean_pooling") if pooling == "mean"
             else MaskedMaxPooling(dtype=dtype, name="max_pooling")
         )
-        self.head_hidden = keras.layers.Dense(
-            head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
+        self.head_hidden, self.head_dropout, self.head_output, self.logits_cast = head_layers(
+            num_classes, head_hidden_dim or hidden_dim, dropout, dtype=dtype
         )
-        self.head_dropout = Dropout(dropout, dtype=dtype)
-        self.head_output = keras.layers.Dense(num_classes, dtype=dtype, name="head_output")
-        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
         # === Functional model ===
         self.vocabulary_size = vocabulary_size
@@ -152,11 +150,6 @@ class TextCNNClassifier(PooledClassifier):
             x = self.ngram_convolution(x, mask=mask)  # (B, T, d * len(widths))
         x = self.embedding_dropout(x)
         return self.pooling(x, mask=mask)
-
-    def _head(self, x):
-        """Pooled features -> float32 logits `(B, num_classes)`."""
-        x = self.head_dropout(self.head_hidden(x))
-        return self.logits_cast(self.head_output(x))
 
     def get_config(self):
         return {

@@ -23,9 +23,63 @@ from keras_transformer.layers.validation import (
 from keras_transformer.models.pooled_classifier import (
     PooledClassifier,
     embed_tokens,
+    head_layers,
     token_embedding_layers,
     token_input,
 )
+
+
+def series_stem_layers(hidden_dim, max_sequence_length, positions, patch_length,
+                       patch_stride, standardize_series, dtype=None):
+    """The numeric input stem's layers, in the order they are applied:
+    `(series_norm, patches, feature_projection, position_encoding)`, the
+    first two None when not asked for."""
+    # GroupNormalization with one group per feature is instance
+    # normalization: statistics over the time axis of each series.
+    series_norm = (
+        keras.layers.GroupNormalization(
+            groups=-1, center=False, scale=False, epsilon=1e-5, dtype=dtype,
+            name="series_standardization",
+        )
+        if standardize_series else None
+    )
+    patches = (
+        SeriesPatches(patch_length, stride=patch_stride, dtype=dtype, name="series_patches")
+        if patch_length > 1 else None
+    )
+    feature_projection = keras.layers.Dense(hidden_dim, dtype=dtype, name="feature_projection")
+    position_encoding = (
+        SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
+        if positions == "sinusoidal"
+        else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
+    )
+    return series_norm, patches, feature_projection, position_encoding
+
+
+def _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
+                      patch_stride, standardize_series):
+    """Each stem's options only with its input: n-grams with tokens, patches
+    and standardization with numeric series."""
+    if vocabulary_size is None and char_ngram_buckets:
+        raise ValueError(
+            "`char_ngram_buckets` applies to token input (vocabulary_size) only; received "
+            f"char_ngram_buckets={char_ngram_buckets!r} with num_features={num_features!r}."
+        )
+    numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
+                    ("standardize_series", standardize_series, False))
+    for name, value, default in numeric_only:
+        if vocabulary_size is not None and value != default:
+            raise ValueError(
+                f"`{name}` applies to numeric input (num_features) only; "
+                f"received {name}={value!r} with vocabulary_size="
+                f"{vocabulary_size!r}."
+            )
+    if patch_stride is not None and patch_stride > patch_length:
+        raise ValueError(
+            "`patch_stride` must not exceed `patch_length` (steps would be "
+            f"skipped); received patch_stride={patch_stride!r}, "
+            f"patch_length={patch_length!r}."
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -165,30 +219,12 @@ class TransformerClassifier(PooledClassifier):
         check_non_negative("mixup_alpha", mixup_alpha)
         check_non_negative_int("char_ngram_buckets", char_ngram_buckets)  # 0: none
         check_positive_int("char_ngrams_per_word", char_ngrams_per_word)
-        if vocabulary_size is None and char_ngram_buckets:
-            raise ValueError(
-                "`char_ngram_buckets` applies to token input (vocabulary_size) only; received "
-                f"char_ngram_buckets={char_ngram_buckets!r} with num_features={num_features!r}."
-            )
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
         check_bool("standardize_series", standardize_series)
-        numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
-                        ("standardize_series", standardize_series, False))
-        for name, value, default in numeric_only:
-            if vocabulary_size is not None and value != default:
-                raise ValueError(
-                    f"`{name}` applies to numeric input (num_features) only; "
-                    f"received {name}={value!r} with vocabulary_size="
-                    f"{vocabulary_size!r}."
-                )
-        if patch_stride is not None and patch_stride > patch_length:
-            raise ValueError(
-                "`patch_stride` must not exceed `patch_length` (steps would be "
-                f"skipped); received patch_stride={patch_stride!r}, "
-                f"patch_length={patch_length!r}."
-            )
+        _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
+                          patch_stride, standardize_series)
 
         # === Layers ===
         if vocabulary_size is not None:
@@ -197,26 +233,10 @@ class TransformerClassifier(PooledClassifier):
                 dtype=dtype,
             )
         else:
-            # GroupNormalization with one group per feature is instance
-            # normalization: statistics over the time axis of each series.
-            self.series_norm = (
-                keras.layers.GroupNormalization(
-                    groups=-1, center=False, scale=False, epsilon=1e-5, dtype=dtype,
-                    name="series_standardization",
-                )
-                if standardize_series else None
-            )
-            self.patches = (
-                SeriesPatches(patch_length, stride=patch_stride, dtype=dtype, name="series_patches")
-                if patch_length > 1 else None
-            )
-            self.feature_projection = keras.layers.Dense(
-                hidden_dim, dtype=dtype, name="feature_projection"
-            )
-            self.position_encoding = (
-                SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
-                if positions == "sinusoidal"
-                else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
+            (self.series_norm, self.patches, self.feature_projection,
+             self.position_encoding) = series_stem_layers(
+                hidden_dim, max_sequence_length, positions, patch_length, patch_stride,
+                standardize_series, dtype=dtype,
             )
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
@@ -240,12 +260,9 @@ class TransformerClassifier(PooledClassifier):
             MaskedMeanPooling(dtype=dtype, name="mean_pooling") if pooling == "mean"
             else MaskedMaxPooling(dtype=dtype, name="max_pooling")
         )
-        self.head_hidden = keras.layers.Dense(
-            head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
+        self.head_hidden, self.head_dropout, self.head_output, self.logits_cast = head_layers(
+            num_classes, head_hidden_dim or hidden_dim, dropout, dtype=dtype
         )
-        self.head_dropout = Dropout(dropout, dtype=dtype)
-        self.head_output = keras.layers.Dense(num_classes, dtype=dtype, name="head_output")
-        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
         # === Functional model ===
         self.vocabulary_size = vocabulary_size  # token or numeric input (_pooled_features)
@@ -306,11 +323,6 @@ class TransformerClassifier(PooledClassifier):
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return self.pooling(x, mask=mask)  # (B, d)
-
-    def _head(self, x):
-        """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
-        x = self.head_dropout(self.head_hidden(x))
-        return self.logits_cast(self.head_output(x))
 
     def get_config(self):
         return {

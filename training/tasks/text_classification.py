@@ -1,4 +1,4 @@
-"""Text classification: labelled sentences -> a token `TransformerClassifier`."""
+"""Text classification: labelled sentences -> a `TextCNNClassifier` (the presets) or a token `TransformerClassifier`."""
 
 import time
 
