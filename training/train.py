@@ -313,7 +313,7 @@ def _train(config, run_dir, strategy, resumed, verbose, watch):
         "history": {k: [float(v) for v in vals] for k, vals in history.items()},
     })
     if _is_chief():
-        model.save(os.path.join(run_dir, "model.keras"))
+        selection.save_final_model(model, os.path.join(run_dir, "model.keras"))
         metrics.update(watch.report())
         with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)
