@@ -1,4 +1,4 @@
-"""Words that carry their spelling: `CharNGramTokenizer` and a `TransformerClassifier`
+"""Words that carry their spelling: `CharNGramTokenizer` and a `TextCNNClassifier`
 with `char_ngram_buckets` (hashed character n-grams, fastText), trained, exported and served."""
 
 import json
@@ -11,7 +11,11 @@ import tensorflow as tf
 from export.saved_model import export_saved_model
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from keras_transformer.models import (
+    ClassifierEnsemble,
+    TextCNNClassifier,
+    TransformerClassifier,
+)
 from training.config import TrainingConfig, load_config
 from training.runs.run_dir import load_run
 from training.serving.signatures import fill_empty_rows_numpy, replace_invalid_ids
@@ -104,9 +108,9 @@ def test_bad_tokenizer_arguments_are_named(tokenizer, kwargs, message):
 
 def _classifier(buckets=BUCKETS, per_word=PER_WORD, **kwargs):
     options = dict(num_classes=3, vocabulary_size=len(RESERVED_TOKENS) + len(WORDS),
-                   num_layers=0, hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.0,
+                   hidden_dim=8, ngram_widths=(), dropout=0.0,
                    pooling="mean", char_ngram_buckets=buckets, char_ngrams_per_word=per_word)
-    return TransformerClassifier(**{**options, **kwargs})
+    return TextCNNClassifier(**{**options, **kwargs})
 
 
 def test_each_token_gets_the_mean_of_its_present_ngram_vectors(tokenizer):
@@ -135,12 +139,14 @@ def test_each_token_gets_the_mean_of_its_present_ngram_vectors(tokenizer):
     ({"char_ngram_buckets": 2.5}, "char_ngram_buckets=2.5"),
     ({"char_ngram_buckets": True}, "char_ngram_buckets=True"),
     ({"char_ngrams_per_word": 0}, "char_ngrams_per_word=0"),
-    ({"vocabulary_size": None, "num_features": 1}, "char_ngram_buckets=1000 with num_features=1"),
 ])
 def test_bad_model_arguments_are_named(kwargs, message):
     buckets = kwargs.pop("char_ngram_buckets", BUCKETS)
     with pytest.raises(ValueError, match=message):
         _classifier(buckets=buckets, **kwargs)
+    with pytest.raises(ValueError, match="char_ngram_buckets=1000 with num_features=1"):
+        TransformerClassifier(num_classes=3, num_features=1, num_layers=1, hidden_dim=8,
+                              num_heads=2, intermediate_dim=16, char_ngram_buckets=BUCKETS)
 
 
 def test_an_ensemble_s_members_must_read_the_same_packed_ids():

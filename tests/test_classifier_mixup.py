@@ -1,11 +1,14 @@
-"""Mixup of a classifier's pooled features (`TransformerClassifier(mixup_alpha=...)`)."""
+"""Mixup of a classifier's pooled features (`TextCNNClassifier(mixup_alpha=...)`, `TransformerClassifier(mixup_alpha=...)`)."""
 
 import keras
 import numpy as np
 import pytest
 
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
-from keras_transformer.models.transformer_classifier import (
+from keras_transformer.models import (
+    ClassifierEnsemble,
+    TextCNNClassifier,
+)
+from keras_transformer.models.pooled_classifier import (
     classifier_loss,
     mixup_lambda,
 )
@@ -13,9 +16,8 @@ from training.recipe.losses import SparseSmoothedCrossentropy
 
 
 def _text_model(num_classes=3, mixup_alpha=0.4, name=None, dropout=0.0):
-    return TransformerClassifier(
-        num_classes=num_classes, vocabulary_size=20, num_layers=0, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=dropout, max_sequence_length=8, ngram_widths=(2, 3),
+    return TextCNNClassifier(
+        num_classes=num_classes, vocabulary_size=20, hidden_dim=8, dropout=dropout, max_sequence_length=8, ngram_widths=(2, 3),
         pooling="max", mixup_alpha=mixup_alpha, name=name,
     )
 

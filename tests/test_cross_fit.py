@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from keras_transformer.models import (
+    ClassifierEnsemble,
+    TextCNNClassifier,
+)
 from training.config import TrainingConfig, load_config
 from training.pipeline import datasets
 from training.tasks import get_task
@@ -25,9 +28,8 @@ from training.train import train
 
 
 def _member(name, num_classes=3, mixup_alpha=0.0):
-    return TransformerClassifier(
-        num_classes=num_classes, vocabulary_size=20, num_layers=0, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=0.0, max_sequence_length=8, ngram_widths=(2, 3),
+    return TextCNNClassifier(
+        num_classes=num_classes, vocabulary_size=20, hidden_dim=8, dropout=0.0, max_sequence_length=8, ngram_widths=(2, 3),
         pooling="max", mixup_alpha=mixup_alpha, name=name,
     )
 
@@ -254,7 +256,7 @@ def test_out_of_fold_names_a_member_that_learned_nothing():
 
 def test_a_member_no_better_than_its_folds_majority_is_named_in_a_warning():
     scores = {"member_accuracy": [0.81, 0.5, 0.62, None], "fold_majority": [0.5, 0.5, 0.6, 0.0]}
-    with pytest.warns(LearnedNothingWarning, match=r"member 1 scores 0\.500 .*\(0\.500\).*head_norm") as caught:
+    with pytest.warns(LearnedNothingWarning, match=r"member 1 scores 0\.500 .*\(0\.500\).*model\.dropout") as caught:
         OutOfFold.warn_if_a_member_learned_nothing(scores)
     assert len(caught) == 1
     with warnings.catch_warnings():
@@ -498,7 +500,7 @@ def test_a_budgeted_cross_fitted_run_plans_no_validation_pass_per_epoch(tmp_path
     assert planned[-1][0] >= 2.0, planned
 
 
-@pytest.mark.parametrize("name", ["cross_fit", "head_norm"])
+@pytest.mark.parametrize("name", ["cross_fit", "standardize_series"])
 def test_text_switches_must_be_booleans(name):
     with pytest.raises(ValueError, match=re.escape(f"{name}='yes'")):
         TrainingConfig(**{name: "yes"}).validate()

@@ -7,7 +7,6 @@ every sentence into the same pieces as `WordPieceTokenizer`.
 """
 
 import random
-import re
 
 import pytest
 import tensorflow as tf
@@ -164,62 +163,6 @@ def test_word_vocabulary_is_the_words_seen_min_count_times(corpus, lower_case):
         held_out = _generated(200, seed=1) + list(UNSEEN) + ["Katzenklappe Hund"]
         ids = _assert_same_pieces(vocabulary, lower_case, held_out)
         assert ids[-1][0] == UNK_ID and len(ids[-1]) == 2  # one [UNK] per unknown word
-
-
-@pytest.mark.parametrize("lower_case", [True, False])
-def test_rare_pieces_keep_the_words_and_cut_every_other_one(corpus, lower_case):
-    """`rare_pieces`: the kept words are the plain vocabulary's first words,
-    in its order; pieces learned on the other words follow; the graph and the
-    Hugging Face path cut alike; a word the vocabulary leaves out becomes
-    pieces that join back into it, never `[UNK]`, while a kept word stays one id."""
-    size, n = 300, 250  # the corpus's many characters take about 180 of the pieces
-    plain = learn_word_vocabulary(corpus, size - n, lower_case, min_count=2)
-    vocabulary = learn_word_vocabulary(corpus, size, lower_case, min_count=2, rare_pieces=n)
-    assert vocabulary[: len(plain)] == plain  # the same words, most frequent first
-    pieces = vocabulary[len(plain):]
-    assert pieces and len(vocabulary) <= size and len(set(vocabulary)) == len(vocabulary)
-    assert any(p.startswith("##") for p in pieces)
-    assert learn_word_vocabulary(corpus, size, lower_case, rare_pieces=n) == vocabulary  # deterministic
-    graph = _assert_same_pieces(vocabulary, lower_case, corpus)
-    assert UNK_ID not in {i for row in graph for i in row}  # training words: no [UNK]
-    tokenizer = WordPieceTokenizer(vocabulary, lower_case=lower_case)
-    tokenizer_plain = WordPieceTokenizer(plain, lower_case=lower_case)
-    splitter = _huggingface_wordpiece()
-    texts = [t.decode() for t in normalize_text(tf.constant(corpus), lower_case).numpy()]
-    words = sorted({w for t in texts for w, _ in splitter.pre_tokenizer.pre_tokenize_str(
-        splitter.normalizer.normalize_str(t))})
-    ids = tokenizer.tokenize(tf.constant(words)).to_list()
-    ids_plain = tokenizer_plain.tokenize(tf.constant(words)).to_list()
-    for word, row, row_plain in zip(words, ids, ids_plain, strict=True):
-        if row_plain != [UNK_ID]:
-            assert row == row_plain  # a kept word: its own id
-        else:
-            joined = vocabulary[row[0]] + "".join(vocabulary[i][2:] for i in row[1:])
-            assert joined == word and UNK_ID not in row  # pieces that spell it
-    _assert_same_pieces(vocabulary, lower_case, _generated(50, seed=3) + list(UNSEEN))
-
-
-def test_rare_pieces_by_hand_and_errors():
-    """An unknown word whose stem is a kept word reads as the stem and a "##"
-    piece; without `rare_pieces` it is one `[UNK]`."""
-    sentences = ["der hund läuft", "der hund bellt", "die hunde laufen", "die katzen"]
-    vocabulary = learn_word_vocabulary(sentences, 40, min_count=2, rare_pieces=30)
-    assert vocabulary[4:7] == ["der", "die", "hund"]
-    tokenizer = WordPieceTokenizer(vocabulary)
-    ids = tokenizer.tokenize(tf.constant(["die hunde bellen"])).to_list()[0]
-    assert [vocabulary[i] for i in ids][:3] == ["die", "hund", "##e"]
-    plain = WordPieceTokenizer(learn_word_vocabulary(sentences, 40, min_count=2))
-    assert plain.tokenize(tf.constant(["hunde"])).to_list() == [[UNK_ID]]
-    # Nothing to cut: every word kept, no pieces.
-    assert learn_word_vocabulary(["a b", "a b"], 40, rare_pieces=10) == [
-        *RESERVED_TOKENS, "a", "b"]
-    for bad in (-1, True, 2.5):
-        with pytest.raises(ValueError, match=re.escape(f"rare_pieces={bad!r}")):
-            learn_word_vocabulary(sentences, 40, rare_pieces=bad)
-    with pytest.raises(ValueError, match="vocabulary_size=34 leaves no id .* rare_pieces=30"):
-        learn_word_vocabulary(sentences, 34, rare_pieces=30)
-    with pytest.raises(ValueError, match="rare_pieces=3 .*rare_word_pieces.* cannot hold the characters .* at least 2[0-9]"):
-        learn_word_vocabulary(sentences, 40, rare_pieces=3)
 
 
 def test_word_vocabulary_by_hand_size_and_errors():

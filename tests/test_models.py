@@ -14,7 +14,12 @@ from keras_transformer.layers import (
     TransformerEncoderBlock,
 )
 from keras_transformer.layers.sinusoidal_position_encoding import sinusoids
-from keras_transformer.models import PRESETS, Transformer, TransformerClassifier
+from keras_transformer.models import (
+    PRESETS,
+    TextCNNClassifier,
+    Transformer,
+    TransformerClassifier,
+)
 
 SEQ2SEQ = dict(
     vocabulary_size=20,
@@ -46,8 +51,8 @@ def _build(kind):
     if kind == "classifier_tokens":
         return TransformerClassifier(vocabulary_size=20, **CLASSIFIER), SOURCE
     if kind == "classifier_ngrams":
-        return TransformerClassifier(  # the text presets' model, with the head_norm option
-            vocabulary_size=20, ngram_widths=(2, 3), pooling="max", head_norm=True, **CLASSIFIER
+        return TransformerClassifier(  # n-gram convolutions before the encoder
+            vocabulary_size=20, ngram_widths=(2, 3), pooling="max", **CLASSIFIER
         ), SOURCE
     return TransformerClassifier(num_features=3, **CLASSIFIER), FEATURES
 
@@ -289,15 +294,15 @@ def test_classifier_learns_a_separable_toy_task():
     assert np.mean(predicted == labels) == 1.0
 
 
-def test_classifier_without_encoder_layers_pools_the_ngram_features():
-    """`num_layers=0`: no encoder block; the logits are the head on the max, over
-    real tokens, of the n-gram convolutions' bare ReLU features (Kim's CNN:
-    no residual, no LayerNorm); with a block, the residual form of width d."""
+def test_text_cnn_pools_the_bare_ngram_features():
+    """`TextCNNClassifier`: the logits are the head on the max, over real
+    tokens, of the n-gram convolutions' bare ReLU features (Kim's CNN: no
+    residual, no LayerNorm); `TransformerClassifier` puts the residual form
+    of width d before its encoder blocks, and refuses to have none."""
     keras.utils.set_random_seed(3)
-    model = TransformerClassifier(
-        vocabulary_size=20, ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 0}
-    )
-    assert not model.encoder_blocks and not model.ngram_convolution.residual
+    model = TextCNNClassifier(num_classes=3, vocabulary_size=20, hidden_dim=8,
+                              ngram_widths=(3, 4), dropout=0.0)
+    assert not model.ngram_convolution.residual
     mask = SOURCE != 0
     embedded = ops.convert_to_numpy(model.embedding(SOURCE)) * mask[..., None]
     features = ops.concatenate([conv(embedded) for conv in model.ngram_convolution.convolutions], -1)
@@ -309,46 +314,71 @@ def test_classifier_without_encoder_layers_pools_the_ngram_features():
         vocabulary_size=20, ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 1}
     )
     assert with_block.ngram_convolution.residual
+    with pytest.raises(ValueError, match=r"num_layers=0\. .*TextCNNClassifier"):
+        TransformerClassifier(vocabulary_size=20, **{**CLASSIFIER, "num_layers": 0})
 
 
-@pytest.mark.parametrize("head_norm", [True, False])
-def test_the_head_norm_makes_the_head_blind_to_a_level_every_pooled_feature_shares(head_norm):
-    """Max-pooled ReLU features are >= 0 and share a level from one sentence
-    to the next, which moves every head unit's input the same way (session
-    18: most of the head's ReLUs died on MR).  With `head_norm` the head
-    sees each example's features less their mean, over their spread: the
-    logits do not change when every pooled feature is shifted by one
-    constant and scaled by another; without it they do."""
-    keras.utils.set_random_seed(5)
-    model = TransformerClassifier(
-        vocabulary_size=20, ngram_widths=(2,), pooling="max", head_norm=head_norm,
-        **{**CLASSIFIER, "num_layers": 0},
-    )
-    model(SOURCE)
-    # A trained LayerNorm, not its identity init: the head applies gamma and beta.
-    gamma = np.linspace(0.5, 2.0, CLASSIFIER["hidden_dim"]).astype("float32")
-    if head_norm:
-        model.head_norm.set_weights([gamma, gamma - 1.0])
-    pooled = ops.convert_to_numpy(model._pooled_features(SOURCE))
-    logits = ops.convert_to_numpy(model._head(pooled))
-    np.testing.assert_allclose(logits, model(SOURCE), atol=1e-5)
-    shifted = ops.convert_to_numpy(model._head(3.0 * pooled + 5.0))
-    if head_norm:
-        centred = pooled - pooled.mean(-1, keepdims=True)
-        normed = centred / np.sqrt(centred.var(-1, keepdims=True) + 1e-6) * gamma + gamma - 1.0
-        expected = model.head_output(model.head_hidden(normed))
-        np.testing.assert_allclose(logits, expected, atol=1e-4)
-        np.testing.assert_allclose(shifted, logits, atol=1e-4)
-    else:
-        assert model.head_norm is None
-        assert np.abs(shifted - logits).max() > 1e-2
+# The text presets' model (n-gram widths 3-5, max pooling, mixup, hashed
+# character n-grams), small.  Its figures were recorded from this model as
+# `TransformerClassifier(num_layers=0, num_heads=4, intermediate_dim=32,
+# **TEXT_CNN)` before Kim's CNN became its own class, by printing the
+# outputs below: the class is the same computation, weight for weight.
+TEXT_CNN = dict(num_classes=6, vocabulary_size=40, hidden_dim=16, dropout=0.3,
+                max_sequence_length=64, positions="sinusoidal", ngram_widths=(3, 4, 5),
+                pooling="max", mixup_alpha=0.4, char_ngram_buckets=50, char_ngrams_per_word=4)
+TEXT_CNN_INPUT = np.array([
+    [[34, 41, 34, 0, 20], [26, 43, 28, 1, 39], [21, 37, 43, 8, 4], [12, 44, 1, 27, 4],
+     [13, 15, 24, 21, 20], [3, 1, 0, 6, 0], [4, 34, 26, 33, 13]],
+    [[2, 31, 38, 19, 23], [8, 50, 41, 50, 19], [32, 34, 48, 33, 42], [26, 35, 35, 19, 44],
+     [36, 6, 29, 36, 43], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0]],
+    [[38, 47, 27, 18, 34], [29, 29, 12, 16, 36], [26, 30, 25, 17, 38], [0, 0, 0, 0, 0],
+     [0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0]],
+], "int32")  # (B, T, 1 + G): each word's id, then its 4 n-gram ids
+TEXT_CNN_LOGITS = np.array([
+    [-2.820448, 0.9376487, 0.5510672, -0.4513562, -1.7301552, 2.7001116],
+    [-2.5574214, 2.0633075, 1.7569594, -0.565733, 0.0826996, 1.7559061],
+    [-2.2183957, 0.7061201, 0.9409158, -1.0832522, -0.6829897, 1.803231],
+], "float32")
+TEXT_CNN_TRAINING = np.array([  # dropout 0.3 and mixup: logits, then lam
+    [-4.6868567, 0.1242856, -0.1392764, -1.7322949, -1.5212678, 3.6014154, 0.6185025],
+    [-5.1468363, 0.0448715, 2.2080805, -4.15639, 0.029174, 3.6309664, 0.8204286],
+    [-3.283584, -0.0255786, 1.4284428, -1.9388435, -1.9413197, 2.8286824, 0.9818196],
+], "float32")
+TEXT_CNN_WEIGHTS = [
+    ("token_embedding/embeddings", (40, 16)), ("char_ngram_embedding/embeddings", (51, 16)),
+    ("ngram_convolution/convolution_3/kernel", (3, 16, 16)),
+    ("ngram_convolution/convolution_3/bias", (16,)),
+    ("ngram_convolution/convolution_4/kernel", (4, 16, 16)),
+    ("ngram_convolution/convolution_4/bias", (16,)),
+    ("ngram_convolution/convolution_5/kernel", (5, 16, 16)),
+    ("ngram_convolution/convolution_5/bias", (16,)),
+    ("head_hidden/kernel", (48, 16)), ("head_hidden/bias", (16,)),
+    ("head_output/kernel", (16, 6)), ("head_output/bias", (6,)),
+]
 
 
-def test_head_norm_round_trips_through_the_config_and_refuses_a_non_bool():
-    model = TransformerClassifier(vocabulary_size=20, head_norm=True, **CLASSIFIER)
-    restored = TransformerClassifier.from_config(model.get_config())
-    assert restored.get_config()["head_norm"] is True and restored.head_norm is not None
-    assert "head_norm" not in [layer.name for layer in
-                               TransformerClassifier(vocabulary_size=20, **CLASSIFIER).layers]
-    with pytest.raises(ValueError, match=r"head_norm='yes'"):
-        TransformerClassifier(vocabulary_size=20, head_norm="yes", **CLASSIFIER)
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="figures from TensorFlow")
+def test_text_cnn_computes_what_the_presets_model_computed_before_it_had_its_own_class():
+    """Same seed, same weights in the same order, same logits (inference and
+    a training call with dropout and mixup) as the recorded figures above."""
+    keras.utils.set_random_seed(0)
+    model = TextCNNClassifier(**TEXT_CNN)
+    assert [(w.path, tuple(w.shape)) for w in model.weights] == TEXT_CNN_WEIGHTS
+    np.testing.assert_allclose(model(TEXT_CNN_INPUT, training=False), TEXT_CNN_LOGITS,
+                               rtol=1e-5, atol=1e-5)
+    keras.utils.set_random_seed(0)
+    model = TextCNNClassifier(**TEXT_CNN)
+    np.testing.assert_allclose(model(TEXT_CNN_INPUT, training=True), TEXT_CNN_TRAINING,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_text_cnn_round_trips_through_its_config_and_a_saved_file(tmp_path):
+    keras.utils.set_random_seed(0)
+    model = TextCNNClassifier(**TEXT_CNN)
+    clone = TextCNNClassifier.from_config(model.get_config())
+    assert clone.get_config() == model.get_config()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored, TextCNNClassifier)
+    np.testing.assert_allclose(restored(TEXT_CNN_INPUT), model(TEXT_CNN_INPUT), atol=1e-6)

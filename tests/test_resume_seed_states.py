@@ -5,21 +5,21 @@ the process has made (`seed_generator_3/...`), so the same model built again
 in one process (a test, or a run that rebuilt its model) has other paths.
 """
 
+import os
 import re
 
 import keras
 import numpy as np
 import pytest
 
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier
 from training.runs.resume import ResumableCheckpoint
 
 
 def _ensemble(mixup_alpha=0.4, size=2):
-    model = ClassifierEnsemble([TransformerClassifier(
-        num_classes=3, vocabulary_size=20, num_layers=0, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=0.1, max_sequence_length=8, ngram_widths=(2,),
-        pooling="max", mixup_alpha=mixup_alpha, name=f"member_{i}") for i in range(size)])
+    model = ClassifierEnsemble([TextCNNClassifier(
+        num_classes=3, vocabulary_size=20, hidden_dim=8, dropout=0.1, max_sequence_length=8,
+        ngram_widths=(2,), pooling="max", mixup_alpha=mixup_alpha, name=f"member_{i}") for i in range(size)])
     model.compile(optimizer="adam",
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.optimizer.build(model.trainable_variables)
@@ -54,3 +54,15 @@ def test_seed_states_come_back_into_a_model_built_again(tmp_path):
     other = _ensemble(mixup_alpha=0.0)  # the same weights, fewer generators: said, not skipped
     with pytest.raises(ValueError, match=re.escape("seed-generator states; the model has")):
         ResumableCheckpoint(tmp_path, every_steps=1).restore(other)
+
+
+def test_only_the_latest_checkpoint_is_kept_and_it_restores(tmp_path):
+    """Each folder holds the optimizer's state: the one `LATEST` names is
+    all a restore reads, so the older ones go once it is complete."""
+    model = _ensemble()
+    checkpoint = ResumableCheckpoint(tmp_path, every_steps=1)
+    checkpoint.set_model(model)
+    for _ in range(3):
+        checkpoint.on_train_batch_end(0)
+    assert sorted(d for d in os.listdir(tmp_path) if d.startswith("step-")) == ["step-000000003"]
+    assert ResumableCheckpoint(tmp_path, every_steps=1).restore(_ensemble()) == 3

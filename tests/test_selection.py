@@ -1,6 +1,9 @@
 """Model selection by validation: scores, early stopping, pruning, averaging."""
 
+import json
 import os
+import warnings
+import zipfile
 
 import keras
 import numpy as np
@@ -101,3 +104,63 @@ def test_segments_cover_exactly_the_remaining_updates(step, total, spe, expected
     segments = _segments(step, total, spe)
     assert segments == expected
     assert step + sum((e - i) * s for i, e, s in segments) == total
+
+
+def _trained_ensemble():
+    from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier
+
+    keras.utils.set_random_seed(0)
+    model = ClassifierEnsemble([TextCNNClassifier(
+        num_classes=3, vocabulary_size=2000, hidden_dim=32, ngram_widths=(2,), dropout=0.1,
+        mixup_alpha=0.4, char_ngram_buckets=2000, char_ngrams_per_word=3, name=f"member_{i}")
+        for i in range(2)])
+    model.compile(optimizer=keras.optimizers.AdamW(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).integers(0, 20, size=(8, 5, 4)).astype("int32")
+    model.fit(x, np.arange(8) % 3, epochs=2, batch_size=4, verbose=0)
+    return model, x  # the tables dominate the files, as on the text presets
+
+
+def test_epoch_checkpoints_hold_the_weights_and_not_the_optimizer_state(tmp_path):
+    """Selection and averaging read only the weights: an epoch checkpoint is
+    a third of one with AdamW's moments, it loads back the same weights,
+    and loading it leaves the optimizer's state as it was (no warning)."""
+    import h5py
+
+    from training.runs.checkpoint_average import average_checkpoints
+
+    model, _ = _trained_ensemble()
+    os.makedirs(tmp_path / "checkpoints")
+    scores = selection.EpochScores(tmp_path, "val_accuracy", "max", keep=2, patience=0)
+    scores.set_model(model)
+    scores.on_epoch_end(0, {"val_accuracy": 0.5})
+    path = selection.epoch_checkpoint(tmp_path, 1)
+    with h5py.File(path, "r") as weights_file:
+        assert "optimizer" not in weights_file
+    model.save_weights(tmp_path / "with_optimizer.weights.h5")
+    assert os.path.getsize(path) < 0.5 * os.path.getsize(tmp_path / "with_optimizer.weights.h5")
+    weights = [np.asarray(w) for w in model.weights]
+    moments = [np.asarray(v) for v in model.optimizer.variables]
+    for w in model.weights:
+        w.assign(np.zeros(w.shape, w.dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        average_checkpoints([path], model)
+    for before, after in zip(weights, model.weights, strict=True):
+        np.testing.assert_array_equal(before, np.asarray(after))
+    for before, after in zip(moments, model.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(before, np.asarray(after))
+
+
+def test_the_final_model_file_has_no_optimizer_and_answers_as_the_model(tmp_path):
+    model, x = _trained_ensemble()
+    path = tmp_path / "model.keras"
+    selection.save_final_model(model, path)
+    model.save(tmp_path / "compiled.keras")
+    assert os.path.getsize(path) < 0.5 * os.path.getsize(tmp_path / "compiled.keras")
+    with zipfile.ZipFile(path) as archive:
+        assert not json.loads(archive.read("config.json")).get("compile_config")  # no optimizer
+    restored = keras.saving.load_model(path)
+    assert getattr(restored, "optimizer", None) is None and model.optimizer is not None  # the caller's stays compiled
+    np.testing.assert_allclose(np.asarray(restored(x)), np.asarray(model(x)), atol=1e-6)
+    assert [m.name for m in restored.members] == ["member_0", "member_1"]

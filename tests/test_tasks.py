@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.models import (
+    TextCNNClassifier,
     Transformer,
     TransformerClassifier,
     VisionTransformer,
@@ -70,8 +71,7 @@ def test_recipe_defaults_name_config_fields(name):
 
 def test_task_only_fields_are_refused_where_unused():
     series = dict(patch_length=4, patch_stride=1, standardize_series=True)
-    text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, rare_word_pieces=100,
-                cross_fit=True, token_dropout=0.1, rare_word_dropout=0.25, head_norm=True,
+    text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, cross_fit=True,
                 char_ngram_buckets=64)
     both = dict(ensemble_size=3, mixup_alpha=0.4, num_classes=3)  # the two classifier tasks
     translation = dict(source_language="fr", target_language="de", tokens_per_batch=512,
@@ -129,8 +129,7 @@ def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
     loss, metrics = task.loss_and_metrics(config)
     tokens = np.array([[5, 6, 7, 0], [8, 9, 10, 0]] * 4, "int32")
     labels = np.array([0, 1] * 4, "int32")
-    model = TransformerClassifier(num_classes=1, vocabulary_size=16, num_layers=0,
-                                  hidden_dim=8, num_heads=2, intermediate_dim=16)
+    model = TextCNNClassifier(num_classes=1, vocabulary_size=16, hidden_dim=8, ngram_widths=())
     model.compile(keras.optimizers.Adam(0.05), loss, metrics=metrics)
     history = model.fit(tokens, labels, batch_size=8, epochs=20, verbose=0).history
     assert history["loss"][-1] < 0.5 * history["loss"][0], history["loss"]
@@ -238,20 +237,6 @@ def test_text_task_with_min_word_count_learns_whole_words(tmp_path):
     assert len(pieces) > 1 and 1 not in pieces
     with pytest.raises(ValueError, match=re.escape("min_word_count=-1")):
         config.replace(min_word_count=-1)
-    # rare_word_pieces: the unknown words become pieces, never [UNK].
-    task.prepare(config.replace(rare_word_pieces=40), data, tmp_path, write=False)
-    vocabulary = task.tokenizer.vocabulary
-    assert set(vocabulary[4:11]) == {"the", "cat", "sat", "dog", "ran", "a", "zebra"}
-    assert len(vocabulary) > 11  # then the pieces
-    ids = task.tokenizer.tokenize(tf.constant(["the zebra upon scattered"])).to_list()[0]
-    assert [vocabulary[i] for i in ids[:2]] == ["the", "zebra"] and 1 not in ids
-    assert "".join(vocabulary[i].removeprefix("##") for i in ids[2:]) == "uponscattered"
-    for bad, match in ((-1, "rare_word_pieces=-1"), (True, "rare_word_pieces=True"),
-                       (7996, "rare_word_pieces=7996 with vocabulary_size=8000")):
-        with pytest.raises(ValueError, match=re.escape(match)):
-            config.replace(rare_word_pieces=bad)
-    with pytest.raises(ValueError, match=re.escape("rare_word_pieces=40 with min_word_count=0")):
-        config.replace(rare_word_pieces=40, min_word_count=0)
 
 
 def test_text_ensemble_size_follows_the_training_set_size():

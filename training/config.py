@@ -11,7 +11,6 @@ resolved config is written, flat, as `config.json` in the run directory.
 import copy
 import dataclasses
 import json
-import math
 import os
 import pathlib
 
@@ -128,27 +127,6 @@ class TrainingConfig:
     average_last: int = 0
     # Training stops after this many epochs without a better validation score (0: never).
     early_stopping_patience: int = 5
-    # Text classification with min_word_count > 0: n > 0 gives n of the
-    # vocabulary_size ids to word pieces learned on the words the vocabulary
-    # does not keep, so that such a word is cut into pieces ("cowboy ##s",
-    # "de ##pt ##h") instead of one [UNK]; 0: one [UNK].  500 was tried on
-    # the presets and not adopted (README, Kim's four other sets and TREC).
-    rare_word_pieces: int = 0
-    # Text classification: word dropout; while training each token is
-    # replaced by [UNK] with this probability (TransformerClassifier
-    # `token_dropout`, Iyyer et al. 2015); 0: none.  0.1 was tried on the
-    # presets and not adopted (README, Kim's four other sets).
-    token_dropout: float = 0.0
-    # Text classification: word dropout by frequency; while training a word
-    # seen c times in the training text is replaced by [UNK] with probability
-    # alpha / (alpha + c) (TransformerClassifier `rare_word_dropout`,
-    # Kiperwasser & Goldberg 2016); 0: none.  0.25 with min_word_count=1 was
-    # tried on the presets and not adopted (README, Kim's four other sets).
-    rare_word_dropout: float = 0.0
-    # Text classification: LayerNorm of the pooled sentence features before
-    # the head (TransformerClassifier `head_norm`): without it most of the
-    # head's ReLUs died on MR, all of them with dropout 0.5.
-    head_norm: bool = False
     # The fields of the task, an instance of its `training.tasks.options` class.
     task_options: TaskOptions = None
 
@@ -224,32 +202,6 @@ class TrainingConfig:
                 from_data.append(name)
             elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
-        for name in ("rare_word_dropout",):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not (
-                isinstance(value, (int, float)) and 0 <= value < math.inf
-            ):
-                raise ValueError(
-                    f"`{name}` must be a finite number >= 0; received {name}={value!r}."
-                )
-        if isinstance(self.token_dropout, bool) or not (
-            isinstance(self.token_dropout, (int, float)) and 0 <= self.token_dropout < 1
-        ):
-            raise ValueError(
-                "`token_dropout` must be a number in [0, 1); received "
-                f"token_dropout={self.token_dropout!r}."
-            )
-        for name in ("rare_word_pieces",):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(
-                    f"`{name}` must be a non-negative integer; received {name}={value!r}."
-                )
-        for name in ("head_norm",):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"`{name}` must be true or false; received {name}={getattr(self, name)!r}."
-                )
         if self.warmup_steps is not None and (
             not isinstance(self.warmup_steps, int) or self.warmup_steps <= 0
         ):
@@ -301,27 +253,6 @@ class TrainingConfig:
                 )
         self.task_options.validate(from_data=task.data_fields)
         task.check_config(self)
-        self._check_rare_word_pieces()
-
-    def _check_rare_word_pieces(self):
-        """`rare_word_pieces` cuts the words a whole-word vocabulary leaves out,
-        within `vocabulary_size`."""
-        if not self.rare_word_pieces:
-            return
-        if not self.min_word_count:
-            raise ValueError(
-                f"`rare_word_pieces` cuts the words a whole-word vocabulary leaves out, so it "
-                f"needs min_word_count > 0; received rare_word_pieces={self.rare_word_pieces!r} "
-                f"with min_word_count={self.min_word_count!r} (word pieces for every word)."
-            )
-        from keras_transformer.models.transformer_config import RESERVED_TOKENS
-
-        if self.rare_word_pieces >= self.vocabulary_size - len(RESERVED_TOKENS):
-            raise ValueError(
-                f"`rare_word_pieces` must leave ids for words in the vocabulary; received "
-                f"rare_word_pieces={self.rare_word_pieces!r} with "
-                f"vocabulary_size={self.vocabulary_size!r}."
-            )
 
 
 def _choice(name, value, choices):

@@ -410,7 +410,7 @@ def _select_and_evaluate(session, run, planner):
 
 def _save(session, run, metrics, watch):
     """model.keras, metrics.json (with the phases' seconds) and the final events."""
-    session.model.save(os.path.join(run.run_dir, "model.keras"))
+    selection.save_final_model(session.model, os.path.join(run.run_dir, "model.keras"))
     metrics.update(watch.report())
     with open(os.path.join(run.run_dir, "metrics.json"), "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2, ensure_ascii=False)

@@ -31,7 +31,6 @@ from keras_transformer.layers.sinusoidal_position_encoding import (
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
-from keras_transformer.layers.token_dropout import RareWordDropout, TokenDropout
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
@@ -43,11 +42,9 @@ __all__ = [
     "MultiHeadAttention",
     "NGramConvolution",
     "PositionEmbedding",
-    "RareWordDropout",
     "SeriesPatches",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
-    "TokenDropout",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_attention",

@@ -4,6 +4,8 @@ from keras_transformer.models.classifier_ensemble import (
     ClassifierEnsemble,
     mean_probability_logits,
 )
+from keras_transformer.models.pooled_classifier import PooledClassifier
+from keras_transformer.models.text_cnn_classifier import TextCNNClassifier
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_classifier import TransformerClassifier
 from keras_transformer.models.transformer_config import (
@@ -25,8 +27,10 @@ __all__ = [
     "PAD_ID",
     "PAPER_PARAMETER_COUNTS",
     "PRESETS",
+    "PooledClassifier",
     "RESERVED_TOKENS",
     "START_ID",
+    "TextCNNClassifier",
     "UNK_ID",
     "Transformer",
     "TransformerClassifier",

@@ -6,7 +6,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_transformer.models.transformer_classifier import (
+from keras_transformer.models.pooled_classifier import (
     class_probabilities,
     classifier_loss,
     unmixed_logits,
@@ -101,7 +101,7 @@ class ClassifierEnsemble(keras.Model):
                 if not hasattr(member, name):
                     raise ValueError(
                         f"`members` must be classifiers with `{name}` (e.g. "
-                        f"TransformerClassifier); received {member!r}."
+                        f"TransformerClassifier, TextCNNClassifier); received {member!r}."
                     )
                 if getattr(member, name) != getattr(members[0], name):
                     raise ValueError(

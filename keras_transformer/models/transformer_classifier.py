@@ -1,10 +1,8 @@
 """An encoder-only Transformer classifier for token or numeric sequences."""
 
 import keras
-from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
@@ -12,10 +10,6 @@ from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.token_and_position_embedding import (
-    TokenAndPositionEmbedding,
-)
-from keras_transformer.layers.token_dropout import RareWordDropout, TokenDropout
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
     check_bool,
@@ -25,65 +19,71 @@ from keras_transformer.layers.validation import (
     check_non_negative_int,
     check_positive_int,
     check_rate,
-    check_token_ids,
 )
-from keras_transformer.models._xla_dropout import XLADropoutMixin
-from keras_transformer.models.transformer_config import PAD_ID, UNK_ID
+from keras_transformer.models.pooled_classifier import (
+    PooledClassifier,
+    embed_tokens,
+    head_layers,
+    token_embedding_layers,
+    token_input,
+)
 
 
-def class_probabilities(logits, num_classes):
-    """Float32 class probabilities `(B, K)` from a classifier head's logits.
-
-    Sigmoid for a single logit (binary tasks), softmax over `K >= 2`; the
-    rule every classifier here (and every exporter serving one) shares.
-    """
-    logits = ops.cast(logits, "float32")
-    if num_classes == 1:
-        return ops.sigmoid(logits)
-    return ops.softmax(logits, axis=-1)
-
-
-def mixup_lambda(batch_size, alpha, seed):
-    """float32 `(B,)`: lam ~ Beta(alpha, alpha), folded to [0.5, 1] so that
-    each example stays the main one of its mix."""
-    lam = keras.random.beta((batch_size,), alpha, alpha, dtype="float32", seed=seed)
-    return ops.maximum(lam, 1.0 - lam)
-
-
-def is_mixed(y_pred, num_classes):
-    """Whether `y_pred` is a mixup training output: logits and lam, `(..., K + 1)`."""
-    return y_pred is not None and y_pred.shape[-1] == num_classes + 1
-
-
-def unmixed_logits(y_pred, num_classes):
-    """`y_pred` without its mixup lam: the logits `(..., K)`, whichever output it is."""
-    return y_pred[..., :-1] if is_mixed(y_pred, num_classes) else y_pred
+def series_stem_layers(hidden_dim, max_sequence_length, positions, patch_length,
+                       patch_stride, standardize_series, dtype=None):
+    """The numeric input stem's layers, in the order they are applied:
+    `(series_norm, patches, feature_projection, position_encoding)`, the
+    first two None when not asked for."""
+    # GroupNormalization with one group per feature is instance
+    # normalization: statistics over the time axis of each series.
+    series_norm = (
+        keras.layers.GroupNormalization(
+            groups=-1, center=False, scale=False, epsilon=1e-5, dtype=dtype,
+            name="series_standardization",
+        )
+        if standardize_series else None
+    )
+    patches = (
+        SeriesPatches(patch_length, stride=patch_stride, dtype=dtype, name="series_patches")
+        if patch_length > 1 else None
+    )
+    feature_projection = keras.layers.Dense(hidden_dim, dtype=dtype, name="feature_projection")
+    position_encoding = (
+        SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
+        if positions == "sinusoidal"
+        else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
+    )
+    return series_norm, patches, feature_projection, position_encoding
 
 
-def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None, training=True):
-    """`compute_loss` (a `Model.compute_loss`) of a classifier's output `(B, K)`,
-    or of a mixup training output `(B, K + 1)` (logits, lam):
-    mean_i w_i lam_i L(y_i) + w_{B-1-i} (1 - lam_i) L(y_{B-1-i}): each label's
-    term times the sample weight of the example that label belongs to, so
-    that an example of weight 0 (one a member holds out) teaches no one its
-    label, not even as another example's partner.
-
-    Both mixup terms go through the compiled loss as sample weights; they
-    are doubled and the sum halved so that the model's own losses (weight
-    regularisers), which each call adds once, count once.
-    """
-    if not is_mixed(y_pred, num_classes):
-        return compute_loss(x, y, y_pred, sample_weight, training=training)
-    logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
-    weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
-    own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
-    partner = compute_loss(x, ops.flip(y, axis=0), logits,
-                           2.0 * (1.0 - lam) * ops.flip(weight, axis=0), training=training)
-    return 0.5 * (own + partner)
+def _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
+                      patch_stride, standardize_series):
+    """Each stem's options only with its input: n-grams with tokens, patches
+    and standardization with numeric series."""
+    if vocabulary_size is None and char_ngram_buckets:
+        raise ValueError(
+            "`char_ngram_buckets` applies to token input (vocabulary_size) only; received "
+            f"char_ngram_buckets={char_ngram_buckets!r} with num_features={num_features!r}."
+        )
+    numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
+                    ("standardize_series", standardize_series, False))
+    for name, value, default in numeric_only:
+        if vocabulary_size is not None and value != default:
+            raise ValueError(
+                f"`{name}` applies to numeric input (num_features) only; "
+                f"received {name}={value!r} with vocabulary_size="
+                f"{vocabulary_size!r}."
+            )
+    if patch_stride is not None and patch_stride > patch_length:
+        raise ValueError(
+            "`patch_stride` must not exceed `patch_length` (steps would be "
+            f"skipped); received patch_stride={patch_stride!r}, "
+            f"patch_length={patch_length!r}."
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(XLADropoutMixin, keras.Model):
+class TransformerClassifier(PooledClassifier):
     """The Transformer encoder, pooled, under a small classification head.
 
     Two kinds of input, chosen by which size is given:
@@ -108,14 +108,15 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
       normalization, as RevIN and PatchTST do), so that the model sees shape
       and not level or scale, whatever units the file is in.
 
-    With `ngram_widths`, an `NGramConvolution` sub-layer mixes each token
-    with its neighbours before the encoder (convolutions of those widths,
-    as Kim's 2014 sentence CNN): on a few thousand sentences a short phrase
-    decides the class, and attention alone learns to find it late.
+    With `ngram_widths`, an `NGramConvolution` residual sub-layer mixes each
+    token with its neighbours before the encoder (convolutions of those
+    widths): on a few thousand sentences a short phrase decides the class,
+    and attention alone learns to find it late.  Kim's CNN itself, with no
+    encoder, is `TextCNNClassifier`.
 
     The encoder output is pooled over real positions (padding excluded):
     averaged (`pooling="mean"`) or its maximum per feature (`"max"`,
-    max-over-time as Kim's CNN), then (with `head_norm`) a LayerNorm, and
+    max-over-time as Kim's CNN), then
     `Dense(head_hidden_dim, relu) -> Dropout -> Dense(num_classes)`.
 
     Args:
@@ -130,14 +131,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             `patch_length` > 1 (learned positions only).
         positions: `"sinusoidal"` or `"learned"`.
         head_hidden_dim: width of the head's hidden layer (d_model if None).
-        head_norm: LayerNorm of the pooled features before the head.
-            Max-pooled ReLU features are all >= 0, with a level they share
-            from one input to the next, so the head's pre-activations move
-            together: a ReLU pushed below zero for one input is below zero
-            for all and never gets a gradient again.  On a binary sentence
-            set most of the head's units died that way, and with dropout
-            0.5 all of them (the classifier then stayed at chance); with
-            the norm it learns.
         patch_length: time steps per token (numeric input only); 1 gives
             one token per step.  A single value per token gives attention
             little to compare; the generated task of notebook 05 is learned
@@ -158,24 +151,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             on its partner's (`compute_loss`).  The training call then
             returns `(B, num_classes + 1)`: the logits and lam.  Inference
             is unchanged.
-        token_dropout: word dropout (token input only): while training,
-            each real token id is replaced by `[UNK]` (id 1) with this
-            probability (`keras_transformer.layers.TokenDropout`); 0: none.
-        rare_word_dropout: word dropout by frequency (token input only):
-            alpha of `keras_transformer.layers.RareWordDropout`, which
-            replaces a word seen c times in the training text by `[UNK]`
-            with probability alpha / (alpha + c) while training; the counts
-            are set by `set_word_counts` (until then nothing is replaced)
-            and saved with the weights; 0: none.
         char_ngram_buckets: hash buckets of the tokens' character n-grams
             (token input only; above); 0: none.
         char_ngrams_per_word: G, the n-gram ids each token carries.
-
-    `num_layers=0` leaves the encoder out: the embeddings are pooled
-    directly, a bag-of-words baseline to compare attention with; with
-    `ngram_widths`, the n-gram convolutions' ReLU features are pooled as
-    they are (`NGramConvolution(residual=False)`, Kim's CNN), with no
-    residual sum or LayerNorm, which exist to feed encoder blocks.
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -202,7 +180,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         positions="sinusoidal",
         normalize_first=False,
         head_hidden_dim=None,
-        head_norm=False,
         layer_norm_epsilon=1e-6,
         patch_length=1,
         patch_stride=None,
@@ -210,8 +187,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         ngram_widths=None,
         pooling="mean",
         mixup_alpha=0.0,
-        token_dropout=0.0,
-        rare_word_dropout=0.0,
         char_ngram_buckets=0,
         char_ngrams_per_word=32,
         dtype=None,
@@ -226,7 +201,12 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_positive_int("num_classes", num_classes)
         check_positive_int("vocabulary_size", vocabulary_size, allow_none=True)
         check_positive_int("num_features", num_features, allow_none=True)
-        check_non_negative_int("num_layers", num_layers)
+        if num_layers == 0 and not isinstance(num_layers, bool):
+            raise ValueError(
+                "`num_layers` must be at least 1 (the encoder blocks); received num_layers=0. "
+                "Word n-gram convolutions without attention are `TextCNNClassifier`."
+            )
+        check_positive_int("num_layers", num_layers)
         for name, value in (("hidden_dim", hidden_dim),
                             ("num_heads", num_heads), ("intermediate_dim", intermediate_dim),
                             ("max_sequence_length", max_sequence_length)):
@@ -237,96 +217,30 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         check_choice("positions", positions, ("sinusoidal", "learned"))
         check_choice("pooling", pooling, ("mean", "max"))
         check_non_negative("mixup_alpha", mixup_alpha)
-        check_rate("token_dropout", token_dropout)
-        check_non_negative("rare_word_dropout", rare_word_dropout)
-        for name, value in (("token_dropout", token_dropout),
-                            ("rare_word_dropout", rare_word_dropout)):
-            if vocabulary_size is None and value:
-                raise ValueError(
-                    f"`{name}` applies to token input (vocabulary_size) only; received "
-                    f"{name}={value!r} with num_features={num_features!r}."
-                )
         check_non_negative_int("char_ngram_buckets", char_ngram_buckets)  # 0: none
         check_positive_int("char_ngrams_per_word", char_ngrams_per_word)
-        if vocabulary_size is None and char_ngram_buckets:
-            raise ValueError(
-                "`char_ngram_buckets` applies to token input (vocabulary_size) only; received "
-                f"char_ngram_buckets={char_ngram_buckets!r} with num_features={num_features!r}."
-            )
         ngram_widths = tuple(ngram_widths or ())
         check_positive_int("patch_length", patch_length)
         check_positive_int("patch_stride", patch_stride, allow_none=True)
         check_bool("standardize_series", standardize_series)
-        check_bool("head_norm", head_norm)
-        numeric_only = (("patch_length", patch_length, 1), ("patch_stride", patch_stride, None),
-                        ("standardize_series", standardize_series, False))
-        for name, value, default in numeric_only:
-            if vocabulary_size is not None and value != default:
-                raise ValueError(
-                    f"`{name}` applies to numeric input (num_features) only; "
-                    f"received {name}={value!r} with vocabulary_size="
-                    f"{vocabulary_size!r}."
-                )
-        if patch_stride is not None and patch_stride > patch_length:
-            raise ValueError(
-                "`patch_stride` must not exceed `patch_length` (steps would be "
-                f"skipped); received patch_stride={patch_stride!r}, "
-                f"patch_length={patch_length!r}."
-            )
+        _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
+                          patch_stride, standardize_series)
 
         # === Layers ===
-        # Only built when used: a layer with a seed generator changes what
-        # a checkpoint of the model holds.
-        self.token_dropout_layer = (
-            TokenDropout(token_dropout, replacement_id=UNK_ID, pad_id=PAD_ID, dtype=dtype,
-                         name="token_dropout")
-            if token_dropout else None
-        )
-        self.rare_word_dropout_layer = (
-            RareWordDropout(rare_word_dropout, vocabulary_size, replacement_id=UNK_ID,
-                            pad_id=PAD_ID, dtype=dtype, name="rare_word_dropout")
-            if rare_word_dropout else None
-        )
         if vocabulary_size is not None:
-            self.embedding = TokenAndPositionEmbedding(
-                vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
-                dtype=dtype, name="token_embedding",
-            )
-            # Hashed character n-grams of each word (fastText): input
-            # (B, T, 1 + G), the word id then G bucket ids (0: none).
-            self.char_ngram_embedding = (
-                keras.layers.Embedding(
-                    char_ngram_buckets + 1, hidden_dim,
-                    embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
-                    dtype=dtype, name="char_ngram_embedding",
-                )
-                if char_ngram_buckets else None
+            self.embedding, self.char_ngram_embedding = token_embedding_layers(
+                vocabulary_size, hidden_dim, max_sequence_length, positions, char_ngram_buckets,
+                dtype=dtype,
             )
         else:
-            # GroupNormalization with one group per feature is instance
-            # normalization: statistics over the time axis of each series.
-            self.series_norm = (
-                keras.layers.GroupNormalization(
-                    groups=-1, center=False, scale=False, epsilon=1e-5, dtype=dtype,
-                    name="series_standardization",
-                )
-                if standardize_series else None
-            )
-            self.patches = (
-                SeriesPatches(patch_length, stride=patch_stride, dtype=dtype, name="series_patches")
-                if patch_length > 1 else None
-            )
-            self.feature_projection = keras.layers.Dense(
-                hidden_dim, dtype=dtype, name="feature_projection"
-            )
-            self.position_encoding = (
-                SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
-                if positions == "sinusoidal"
-                else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
+            (self.series_norm, self.patches, self.feature_projection,
+             self.position_encoding) = series_stem_layers(
+                hidden_dim, max_sequence_length, positions, patch_length, patch_stride,
+                standardize_series, dtype=dtype,
             )
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
-                             residual=num_layers > 0, dtype=dtype, name="ngram_convolution")
+                             dtype=dtype, name="ngram_convolution")
             if ngram_widths else None
         )
         self.embedding_dropout = Dropout(dropout, dtype=dtype)
@@ -346,35 +260,21 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             MaskedMeanPooling(dtype=dtype, name="mean_pooling") if pooling == "mean"
             else MaskedMaxPooling(dtype=dtype, name="max_pooling")
         )
-        self.head_norm = (
-            keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=dtype, name="head_norm"
-            )
-            if head_norm else None
+        self.head_hidden, self.head_dropout, self.head_output, self.logits_cast = head_layers(
+            num_classes, head_hidden_dim or hidden_dim, dropout, dtype=dtype
         )
-        self.head_hidden = keras.layers.Dense(
-            head_hidden_dim or hidden_dim, activation="relu", dtype=dtype, name="head_hidden"
-        )
-        self.head_dropout = Dropout(dropout, dtype=dtype)
-        self.head_output = keras.layers.Dense(num_classes, dtype=dtype, name="head_output")
-        self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
         # === Functional model ===
         self.vocabulary_size = vocabulary_size  # token or numeric input (_pooled_features)
         self.char_ngram_buckets = int(char_ngram_buckets)
         self.char_ngrams_per_word = int(char_ngrams_per_word)
-        if vocabulary_size is not None and char_ngram_buckets:
-            inputs = keras.Input((None, 1 + self.char_ngrams_per_word), dtype="int32",
-                                 name="token_ids")
-        elif vocabulary_size is not None:
-            inputs = keras.Input((None,), dtype="int32", name="token_ids")
+        if vocabulary_size is not None:
+            inputs = token_input(char_ngram_buckets, self.char_ngrams_per_word)
         else:
             inputs = keras.Input((None, num_features), dtype="float32", name="features")
         outputs = self._head(self._pooled_features(inputs))  # (B, num_classes)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.mixup_alpha = float(mixup_alpha)
-        self.token_dropout = float(token_dropout)
-        self.rare_word_dropout = float(rare_word_dropout)
         self.mixup_seed = keras.random.SeedGenerator() if mixup_alpha else None
 
         # === Config ===
@@ -390,7 +290,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.positions = positions
         self.normalize_first = normalize_first
         self.head_hidden_dim = head_hidden_dim
-        self.use_head_norm = head_norm
         self.layer_norm_epsilon = layer_norm_epsilon
         self.patch_length = patch_length
         self.patch_stride = patch_stride
@@ -399,29 +298,9 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
         self.pooling_mode = pooling
 
     def token_features(self, token_ids):
-        """Token input -> `(x, mask)`: the tokens' embeddings with their
-        positions (and, with `char_ngram_buckets`, the mean vector of their
-        n-grams) `(B, T, d)`, and `(B, T)` True at real tokens.  The first
-        layers of the model (word dropouts act while training only).
-
-        `token_ids`: `(B, T)`, or packed `(B, T, 1 + G)` with `char_ngram_buckets`.
-        """
-        grams = None
-        if self.char_ngram_buckets:
-            grams, token_ids = token_ids[..., 1:], token_ids[..., 0]  # (B, T, G), (B, T)
-        mask = padding_mask(token_ids)
-        if self.token_dropout_layer is not None:
-            token_ids = self.token_dropout_layer(token_ids)  # training only
-        if self.rare_word_dropout_layer is not None:
-            token_ids = self.rare_word_dropout_layer(token_ids)  # training only
-        x = self.embedding(token_ids)
-        if grams is not None:
-            vectors = self.char_ngram_embedding(grams)  # (B, T, G, d)
-            present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
-            count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
-            mean = ops.sum(vectors * present, axis=2) / count  # 0 for a word without n-grams
-            x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)  # scaled as the tokens
-        return x, mask
+        """Token input -> `(x, mask)`, the model's first layers
+        (`pooled_classifier.embed_tokens`)."""
+        return embed_tokens(self.embedding, self.char_ngram_embedding, token_ids)
 
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
@@ -445,60 +324,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             x = self.encoder_norm(x)
         return self.pooling(x, mask=mask)  # (B, d)
 
-    def _head(self, x):
-        """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
-        if self.head_norm is not None:
-            x = self.head_norm(x)
-        x = self.head_dropout(self.head_hidden(x))
-        return self.logits_cast(self.head_output(x))
-
-    def call(self, inputs, training=None, mask=None, **kwargs):
-        # Validate before the functional graph casts float ids to int32.
-        if self.vocabulary_size is not None:
-            check_token_ids("token_ids", inputs)
-        if training and self.mixup_alpha:
-            # Run by the layers themselves: the mixing sits between the
-            # graph's pooling and its head.  The call context carries
-            # training=True to the dropouts.
-            pooled = self._pooled_features(inputs)
-            lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
-            weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
-            mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)
-            logits = self._head(mixed)
-            return ops.concatenate([logits, ops.expand_dims(lam, -1)], axis=-1)
-        # Explicit class: AutoGraph cannot resolve zero-argument super().
-        return super(TransformerClassifier, self).call(  # noqa: UP008 (AutoGraph)
-            inputs, training=training, mask=mask, **kwargs
-        )
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        parent = super(TransformerClassifier, self)  # noqa: UP008 (AutoGraph)
-        return classifier_loss(parent.compute_loss, x, y, y_pred, self.num_classes,
-                               sample_weight, training)
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        # A mixup output is scored against each example's own (main) label.
-        return super(TransformerClassifier, self).compute_metrics(  # noqa: UP008 (AutoGraph)
-            x, y, unmixed_logits(y_pred, self.num_classes), sample_weight=sample_weight
-        )
-
-    @property
-    def input_name(self):
-        return "token_ids" if self.vocabulary_size is not None else "features"
-
-    def probabilities(self, logits):
-        """Class probabilities from logits: sigmoid for 1 class, else softmax."""
-        return class_probabilities(logits, self.num_classes)
-
-    def set_word_counts(self, counts):
-        """Each id's count in the training text, for `rare_word_dropout`."""
-        if self.rare_word_dropout_layer is None:
-            raise ValueError(
-                "`set_word_counts` needs rare_word_dropout > 0; received "
-                f"rare_word_dropout={self.rare_word_dropout!r}."
-            )
-        self.rare_word_dropout_layer.set_counts(counts)
-
     def get_config(self):
         return {
             "name": self.name,
@@ -517,7 +342,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "positions": self.positions,
             "normalize_first": self.normalize_first,
             "head_hidden_dim": self.head_hidden_dim,
-            "head_norm": self.use_head_norm,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "patch_length": self.patch_length,
             "patch_stride": self.patch_stride,
@@ -525,15 +349,6 @@ class TransformerClassifier(XLADropoutMixin, keras.Model):
             "ngram_widths": list(self.ngram_widths),
             "pooling": self.pooling_mode,
             "mixup_alpha": self.mixup_alpha,
-            "token_dropout": self.token_dropout,
-            "rare_word_dropout": self.rare_word_dropout,
             "char_ngram_buckets": self.char_ngram_buckets,
             "char_ngrams_per_word": self.char_ngrams_per_word,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)

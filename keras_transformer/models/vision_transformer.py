@@ -15,7 +15,7 @@ from keras_transformer.layers.validation import (
     check_rate,
 )
 from keras_transformer.models._xla_dropout import XLADropoutMixin
-from keras_transformer.models.transformer_classifier import class_probabilities
+from keras_transformer.models.pooled_classifier import class_probabilities
 
 
 def resize_patch_kernel(kernel, new_patch_size):

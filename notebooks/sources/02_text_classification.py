@@ -6,7 +6,8 @@
 # plus positions, optionally n-gram convolutions (`NGramConvolution`, the
 # widths 3-5 of Kim's 2014 sentence CNN), N encoder blocks of Section 3.1,
 # the outputs pooled over the real (non-padding) positions, and a small
-# classification head. The `sst2` preset uses the n-gram convolutions,
+# classification head. The `sst2` preset's model is `TextCNNClassifier`
+# (its `num_layers: 0`), Kim's CNN: the n-gram convolutions,
 # max-over-time pooling and **no** encoder block: on a few thousand
 # sentences one or two blocks validated 2.5-4 points lower, and this
 # notebook measures that again with one block added. The task is SST-2,

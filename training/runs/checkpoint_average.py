@@ -30,6 +30,7 @@ import zipfile
 import h5py
 import keras
 import numpy as np
+from keras.src.saving import saving_lib
 
 # The layout of training/runs/run_dir.py: RUN/model.keras and
 # RUN/checkpoints/epoch-<e>.weights.h5.
@@ -88,6 +89,29 @@ def _check_same_variables(path, datasets, reference_path, reference):
                 f"{datasets[name].shape} and dtype {datasets[name].dtype}, but "
                 f"{reference_path} has shape {shape} and dtype {dtype}."
             )
+
+
+def save_model_weights(model, path):
+    """Writes `model`'s weights, and not its optimizer's, to a `.weights.h5` file.
+
+    What selection and averaging read (`average_checkpoints`): AdamW's two
+    moments per weight would triple the file for nothing.  Keras's public
+    `save_weights` has no way to leave the optimizer out; this is the call
+    it makes, told to skip it.
+    """
+    skip = [model.optimizer] if getattr(model, "optimizer", None) is not None else None
+    saving_lib.save_weights_only(model, os.fspath(path), objects_to_skip=skip)
+
+
+def load_model_weights(model, path):
+    """Loads a `.weights.h5` file into `model`; one without optimizer state
+    (`save_model_weights`) leaves the optimizer's as it is, silently."""
+    with h5py.File(path, "r") as weights_file:
+        has_optimizer = _OPTIMIZER_GROUP.rstrip("/") in weights_file
+    if has_optimizer or getattr(model, "optimizer", None) is None:
+        model.load_weights(path)
+    else:
+        saving_lib.load_weights_only(model, os.fspath(path), objects_to_skip=[model.optimizer])
 
 
 def average_weights_files(paths, output_path):
@@ -157,7 +181,7 @@ def average_checkpoints(paths, model):
                 f"Checkpoint {paths[0]} holds {count} model variables, but the "
                 f"model '{model.name}' has {len(model.weights)}."
             )
-        model.load_weights(averaged)
+        load_model_weights(model, averaged)
     return model
 
 

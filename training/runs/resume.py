@@ -43,11 +43,15 @@ class ResumableCheckpoint(keras.callbacks.Callback):
     Args:
         directory: where the `step-<n>/` folders and `LATEST` live.
         every_steps: batches between checkpoints.
-        keep: number of checkpoint folders kept.
+        keep: number of checkpoint folders kept.  1 (the default): `restore`
+            reads only the one `LATEST` names, and an older folder is
+            removed only once `LATEST` names a complete newer one, so a
+            kill at any instant still leaves one whole checkpoint; each
+            folder holds the optimizer's state, three times the weights.
         is_chief: only the chief writes (multi-worker training).
     """
 
-    def __init__(self, directory, every_steps, keep=2, is_chief=True):
+    def __init__(self, directory, every_steps, keep=1, is_chief=True):
         super().__init__()
         self.directory = os.fspath(directory)
         self.every_steps = int(every_steps)

@@ -16,13 +16,14 @@ import os
 
 import keras
 
-from training.runs.checkpoint_average import average_checkpoints
+from training.runs.checkpoint_average import average_checkpoints, save_model_weights
 
 SCORES = "scores.json"
 
 
 def epoch_checkpoint(run_dir, epoch):
-    """Path of epoch `epoch`'s weights (1-based, as Keras names them)."""
+    """Path of epoch `epoch`'s weights (1-based, as Keras names them), without
+    the optimizer's state: selection and averaging need only the weights."""
     return os.path.join(run_dir, "checkpoints", f"epoch-{epoch:03d}.weights.h5")
 
 
@@ -89,7 +90,7 @@ class EpochScores(keras.callbacks.Callback):
                 f"({sorted(logs or {})})."
             )
         if self.is_chief:
-            self.model.save_weights(epoch_checkpoint(self.run_dir, epoch + 1))
+            save_model_weights(self.model, epoch_checkpoint(self.run_dir, epoch + 1))
             scores = read_scores(self.run_dir)
             scores[epoch + 1] = self.sign * float(logs[self.monitor])
             _write_scores(self.run_dir, scores)
@@ -149,3 +150,18 @@ def select(model, run_dir, k, score, selection="auto"):
         "validation": results,
         "epochs": {n: m for n, m in groups.items() if m is not None},
     }
+
+
+def save_final_model(model, path):
+    """Writes the run's `model.keras`: the architecture and the chosen
+    weights, without the optimizer or the training configuration.
+
+    Nothing trains on from `model.keras` (a resumed run restores
+    `checkpoints/step-*`, which keep the optimizer), and the AdamW moments
+    would triple the file; `load_run` gets the model uncompiled.  A copy
+    built from the model's config carries the weights, so `model` itself
+    stays compiled for the caller.
+    """
+    copy = type(model).from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    copy.save(path)

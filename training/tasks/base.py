@@ -32,9 +32,8 @@ from training.tasks.options import TaskOptions, option_defaults, option_names
 from training.text.tokenizers import load_tokenizer
 
 #: TrainingConfig fields that only some tasks use, with their unset value:
-#: every task's options (`training.tasks.options`) and the flat ones below.
-TASK_FIELDS = {**option_defaults(), "rare_word_pieces": 0, "token_dropout": 0.0,
-               "rare_word_dropout": 0.0, "head_norm": False}
+#: every task's options (`training.tasks.options`).
+TASK_FIELDS = option_defaults()
 
 
 def require_task(task, argument="task"):

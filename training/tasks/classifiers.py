@@ -10,7 +10,11 @@ import warnings
 import keras
 import numpy as np
 
-from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from keras_transformer.models import (
+    ClassifierEnsemble,
+    TextCNNClassifier,
+    TransformerClassifier,
+)
 from training.recipe.losses import SparseSmoothedCrossentropy
 from training.serving import signatures, tflite_programs
 from training.tasks.common import preset_config, with_cardinality
@@ -22,23 +26,36 @@ class LearnedNothingWarning(UserWarning):
 
 
 #: The models `build_classifier` returns (`Task.model_class`).
-MODEL_CLASSES = (TransformerClassifier, ClassifierEnsemble)
+MODEL_CLASSES = (TransformerClassifier, TextCNNClassifier, ClassifierEnsemble)
 
 
 def build_classifier(config, data, **inputs):
-    """A `TransformerClassifier` of the configured preset; `inputs` pick token or series
-    input, and a task's own layer arguments (the text task's n-gram widths and pooling).
+    """The classifier of the configured preset; `inputs` pick token or series input,
+    and a task's own layer arguments (the text task's n-gram widths and pooling).
 
-    With `config.ensemble_size` k > 1, a `ClassifierEnsemble` of k of them,
-    each from its own draw of the (seeded) initialisers.
+    Token input with the preset's `num_layers` 0 (the text presets) is
+    `TextCNNClassifier`, Kim's CNN: the presets name the model by its
+    attention layers, none, so that `--set model_overrides.num_layers=1`
+    turns the same run into a `TransformerClassifier` with the n-gram
+    convolutions before one encoder block.  Otherwise a
+    `TransformerClassifier`.  With `config.ensemble_size` k > 1, a
+    `ClassifierEnsemble` of k of them, each from its own draw of the
+    (seeded) initialisers.
     """
     m = preset_config(config)
     if config.num_classes:
         check_num_classes(config.num_classes, data.label_names)
+    num_classes = config.num_classes or len(data.label_names)
 
     def member(**name):
+        if m.num_layers == 0 and inputs.get("vocabulary_size") is not None:
+            return TextCNNClassifier(
+                num_classes=num_classes, hidden_dim=m.hidden_dim, dropout=m.dropout,
+                max_sequence_length=m.max_sequence_length, positions=m.positions,
+                **inputs, **name,
+            )  # fmt: skip
         return TransformerClassifier(
-            num_classes=config.num_classes or len(data.label_names), num_layers=m.num_layers,
+            num_classes=num_classes, num_layers=m.num_layers,
             hidden_dim=m.hidden_dim, num_heads=m.num_heads,
             intermediate_dim=m.intermediate_dim, dropout=m.dropout,
             max_sequence_length=m.max_sequence_length, positions=m.positions,
@@ -214,8 +231,7 @@ class OutOfFold:
                 f"out, no better than always answering their most common class "
                 f"({majority:.3f}): it learned nothing, {fate}. "
                 "On MR this was the classifier head's ReLUs, all inactive after two epochs "
-                "with dropout 0.5; head_norm=true (a LayerNorm before the head) or a lower "
-                "model.dropout avoids it.",
+                "with dropout 0.5; a lower model.dropout avoids it.",
                 LearnedNothingWarning,
                 stacklevel=2,
             )

@@ -43,7 +43,7 @@ def learn_or_load_tokenizer(config, run_dir, texts, write=True):
     if getattr(config, "min_word_count", 0):  # whole words, the rare ones [UNK] (text classification)
         vocabulary = learn_word_vocabulary(
             texts, config.vocabulary_size, lower_case=config.lower_case,
-            min_count=config.min_word_count, rare_pieces=config.rare_word_pieces,
+            min_count=config.min_word_count,
         )
     else:
         vocabulary = learn_wordpiece_vocabulary(

@@ -1,10 +1,9 @@
-"""Text classification: labelled sentences -> a token `TransformerClassifier`."""
+"""Text classification: labelled sentences -> a `TextCNNClassifier` (the presets) or a token `TransformerClassifier`."""
 
 import time
 
 import numpy as np
 
-from keras_transformer.models.transformer_config import PAD_ID
 from training.data import readers
 from training.data.common import TaskData, require_file, resolve_data_dir
 from training.pipeline import datasets
@@ -58,7 +57,6 @@ class TextClassification(Task):
     datasets = ("sst2", "trec", "files")
     model_class = classifiers.MODEL_CLASSES
     options = TextClassificationOptions
-    fields = ("rare_word_pieces", "token_dropout", "rare_word_dropout", "head_norm")
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
     cross_fit_members = None
@@ -175,33 +173,12 @@ class TextClassification(Task):
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
-        # Mixup of the pooled sentence features, word dropout and the
-        # LayerNorm before the head, in the model (`mixup_alpha`,
-        # `token_dropout`, `rare_word_dropout`, `head_norm`).
-        model = classifiers.build_classifier(
+        # Mixup of the pooled sentence features is in the model (`mixup_alpha`).
+        return classifiers.build_classifier(
             config, data, vocabulary_size=self.tokenizer.vocabulary_size,
-            mixup_alpha=config.mixup_alpha, token_dropout=config.token_dropout,
-            rare_word_dropout=config.rare_word_dropout, head_norm=config.head_norm,
-            char_ngram_buckets=config.char_ngram_buckets,
+            mixup_alpha=config.mixup_alpha, char_ngram_buckets=config.char_ngram_buckets,
             ngram_widths=config.ngram_widths, pooling=config.pooling,
         )
-        if config.rare_word_dropout:
-            counts = self.word_counts(config, data.train[0])
-            for member in getattr(model, "members", [model]):
-                member.set_word_counts(counts)
-        return model
-
-    def word_counts(self, config, texts):
-        """Each id's count in `texts` as the model reads them (tokenized and
-        cut to `max_sequence_length`), padding 0: `rare_word_dropout`'s counts.
-
-        Cross-fitted, `texts` is the whole pool and every member gets the same
-        counts, its own held-out tenth included (a word found only there is
-        counted though that member never trains on it)."""
-        ids = word_ids(token_ids(self.tokenizer, texts, config.max_sequence_length))
-        counts = np.bincount(ids.ravel(), minlength=self.tokenizer.vocabulary_size)
-        counts[PAD_ID] = 0
-        return counts
 
     def loss_and_metrics(self, config):
         return classifiers.loss_and_metrics(config.label_smoothing, config.num_classes)

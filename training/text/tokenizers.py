@@ -186,7 +186,6 @@ def learn_word_vocabulary(
     lower_case=True,
     reserved_tokens=RESERVED_TOKENS,
     min_count=2,
-    rare_pieces=0,
 ):
     """A vocabulary of whole words: those seen at least `min_count` times.
 
@@ -199,12 +198,6 @@ def learn_word_vocabulary(
     thousand labelled sentences this beats word pieces, whose rare pieces
     each train on a handful of examples (TREC, one classifier: README).
 
-    With `rare_pieces` n > 0, n of the `vocabulary_size` ids go to word
-    pieces learned (`learn_wordpiece_vocabulary`'s trainer) on the other words alone,
-    each occurrence counted: the tokenizer's longest match keeps every
-    vocabulary word whole and cuts an unknown one into pieces ("cowboys"
-    -> "cowboy ##s" when "cowboy" is a vocabulary word) instead of one `[UNK]`.
-
     Args:
         sentences: Iterable of `str` or UTF-8 `bytes` (or a `tf.data.Dataset`
             of scalar strings).
@@ -214,32 +207,18 @@ def learn_word_vocabulary(
             that will use the vocabulary.
         reserved_tokens: Tokens placed first, in order (ids 0, 1, ...).
         min_count: Fewest occurrences in `sentences` of a word kept.
-        rare_pieces: Ids given to pieces of the words not kept (0: none,
-            every such word one `[UNK]`); pieces that are also kept words
-            are listed once, so the vocabulary may come out shorter.
 
     Returns:
-        The vocabulary as a list of `str`, `reserved_tokens` first: the kept
-        words, most frequent first, then the pieces.
+        The vocabulary as a list of `str`, `reserved_tokens` first, then the
+        kept words, most frequent first.
 
     Raises:
         ValueError: If `sentences` has no words, `vocabulary_size` does not
-            exceed the reserved tokens and `rare_pieces`, `min_count` is
-            below 1, or `rare_pieces` is negative or cannot hold the
-            characters of the words it cuts.
+            exceed the reserved tokens, or `min_count` is below 1.
     """
     reserved_tokens = list(reserved_tokens)
     if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
         raise ValueError(f"min_count must be an integer >= 1, received min_count={min_count!r}.")
-    if isinstance(rare_pieces, bool) or not isinstance(rare_pieces, int) or rare_pieces < 0:
-        raise ValueError(
-            f"rare_pieces must be an integer >= 0, received rare_pieces={rare_pieces!r}."
-        )
-    if rare_pieces and vocabulary_size <= len(reserved_tokens) + rare_pieces:
-        raise ValueError(
-            f"vocabulary_size={vocabulary_size} leaves no id for words beside the "
-            f"{len(reserved_tokens)} reserved tokens and rare_pieces={rare_pieces}."
-        )
     texts = _normalized_texts(
         "learn_word_vocabulary", sentences, vocabulary_size, lower_case, reserved_tokens
     )
@@ -256,30 +235,7 @@ def learn_word_vocabulary(
         (word for word, n in counts.items() if n >= min_count and word not in reserved),
         key=lambda word: (-counts[word], word),
     )
-    words = words[: vocabulary_size - len(reserved_tokens) - rare_pieces]
-    if not rare_pieces:
-        return reserved_tokens + words
-    kept = set(words)
-    # The words not kept, in code-point order, so that the pieces learned
-    # never depend on hashing.
-    unknown = [word for word in sorted(counts) if word not in kept]
-    if not unknown:
-        return reserved_tokens + words
-    alphabet = _alphabet(tokenizer, unknown)
-    if len(alphabet) > rare_pieces:
-        raise ValueError(
-            f"rare_pieces={rare_pieces} (a TrainingConfig's rare_word_pieces) cannot hold "
-            f"the characters of the words it cuts ({len(alphabet)}, with their '##' forms): "
-            f"pass at least {len(alphabet)}."
-        )
-    # The piece learner's text: each occurrence of each such word, already
-    # normalized and split (the words of `counts`).
-    rare = [word for word in unknown for _ in range(counts[word])]
-    pieces = _train_wordpieces(
-        tokenizer, rare, alphabet, len(reserved_tokens) + rare_pieces, reserved_tokens,
-        min_frequency=MIN_PAIR_FREQUENCY,
-    )[len(reserved_tokens):]
-    return reserved_tokens + words + [piece for piece in pieces if piece not in kept]
+    return reserved_tokens + words[: vocabulary_size - len(reserved_tokens)]
 
 
 def _normalized_texts(caller, sentences, vocabulary_size, lower_case, reserved_tokens):

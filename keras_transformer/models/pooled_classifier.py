@@ -1,0 +1,201 @@
+"""What the pooled sequence classifiers share: the token input stem, mixup
+of the pooled features, the loss of a mixed batch, and class probabilities.
+
+`TransformerClassifier` and `TextCNNClassifier` differ only in what lies
+between their input stem and their pooling; both subclass
+`PooledClassifier`, which `ClassifierEnsemble` and the exporters serve alike.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.masking import padding_mask
+from keras_transformer.layers.token_and_position_embedding import (
+    TokenAndPositionEmbedding,
+)
+from keras_transformer.layers.validation import check_token_ids
+from keras_transformer.models._xla_dropout import XLADropoutMixin
+
+
+def class_probabilities(logits, num_classes):
+    """Float32 class probabilities `(B, K)` from a classifier head's logits.
+
+    Sigmoid for a single logit (binary tasks), softmax over `K >= 2`; the
+    rule every classifier here (and every exporter serving one) shares.
+    """
+    logits = ops.cast(logits, "float32")
+    if num_classes == 1:
+        return ops.sigmoid(logits)
+    return ops.softmax(logits, axis=-1)
+
+
+def mixup_lambda(batch_size, alpha, seed):
+    """float32 `(B,)`: lam ~ Beta(alpha, alpha), folded to [0.5, 1] so that
+    each example stays the main one of its mix."""
+    lam = keras.random.beta((batch_size,), alpha, alpha, dtype="float32", seed=seed)
+    return ops.maximum(lam, 1.0 - lam)
+
+
+def is_mixed(y_pred, num_classes):
+    """Whether `y_pred` is a mixup training output: logits and lam, `(..., K + 1)`."""
+    return y_pred is not None and y_pred.shape[-1] == num_classes + 1
+
+
+def unmixed_logits(y_pred, num_classes):
+    """`y_pred` without its mixup lam: the logits `(..., K)`, whichever output it is."""
+    return y_pred[..., :-1] if is_mixed(y_pred, num_classes) else y_pred
+
+
+def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None, training=True):
+    """`compute_loss` (a `Model.compute_loss`) of a classifier's output `(B, K)`,
+    or of a mixup training output `(B, K + 1)` (logits, lam):
+    mean_i w_i lam_i L(y_i) + w_{B-1-i} (1 - lam_i) L(y_{B-1-i}): each label's
+    term times the sample weight of the example that label belongs to, so
+    that an example of weight 0 (one a member holds out) teaches no one its
+    label, not even as another example's partner.
+
+    Both mixup terms go through the compiled loss as sample weights; they
+    are doubled and the sum halved so that the model's own losses (weight
+    regularisers), which each call adds once, count once.
+    """
+    if not is_mixed(y_pred, num_classes):
+        return compute_loss(x, y, y_pred, sample_weight, training=training)
+    logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
+    weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
+    own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
+    partner = compute_loss(x, ops.flip(y, axis=0), logits,
+                           2.0 * (1.0 - lam) * ops.flip(weight, axis=0), training=training)
+    return 0.5 * (own + partner)
+
+
+def token_embedding_layers(vocabulary_size, hidden_dim, max_sequence_length, positions,
+                           char_ngram_buckets, dtype=None):
+    """The token stem's layers: `(token_embedding, char_ngram_embedding)`.
+
+    The second is None without `char_ngram_buckets`; with n buckets it is
+    an `(n + 1, d)` table (row 0: no n-gram) initialised N(0, 1/d), as the
+    token embedding, so that both are scaled alike (`embed_tokens`).
+    """
+    embedding = TokenAndPositionEmbedding(
+        vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
+        dtype=dtype, name="token_embedding",
+    )
+    char_ngram_embedding = None
+    if char_ngram_buckets:
+        char_ngram_embedding = keras.layers.Embedding(
+            char_ngram_buckets + 1, hidden_dim,
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
+            dtype=dtype, name="char_ngram_embedding",
+        )
+    return embedding, char_ngram_embedding
+
+
+def embed_tokens(embedding, char_ngram_embedding, token_ids):
+    """Token ids -> `(x, mask)`: the tokens' embeddings with their positions
+    (and the mean vector of their character n-grams) `(B, T, d)`, and
+    `(B, T)` True at real tokens.
+
+    `token_ids`: `(B, T)`, or packed `(B, T, 1 + G)` when
+    `char_ngram_embedding` is given: each token's id, then G hashed ids of
+    its character n-grams (0 for none), as fastText's word vectors
+    (Bojanowski et al., 2017).  The n-grams' mean, scaled by sqrt(d) as the
+    token embeddings are, is added to the token's embedding: an unknown
+    word then differs from another by its spelling.
+    """
+    grams = None
+    if char_ngram_embedding is not None:
+        grams, token_ids = token_ids[..., 1:], token_ids[..., 0]  # (B, T, G), (B, T)
+    mask = padding_mask(token_ids)
+    x = embedding(token_ids)
+    if grams is not None:
+        vectors = char_ngram_embedding(grams)  # (B, T, G, d)
+        present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
+        count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
+        mean = ops.sum(vectors * present, axis=2) / count  # 0 for a word without n-grams
+        x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)  # scaled as the tokens
+    return x, mask
+
+
+def token_input(char_ngram_buckets, char_ngrams_per_word):
+    """The functional `token_ids` input: `(B, T)`, or `(B, T, 1 + G)` packed."""
+    if char_ngram_buckets:
+        return keras.Input((None, 1 + char_ngrams_per_word), dtype="int32", name="token_ids")
+    return keras.Input((None,), dtype="int32", name="token_ids")
+
+
+def head_layers(num_classes, hidden_dim, dropout, dtype=None):
+    """The classification head's layers, in the order they are applied:
+    `Dense(hidden_dim, relu)`, `Dropout`, `Dense(num_classes)`, and a
+    float32 cast of the logits (`PooledClassifier._head`)."""
+    return (
+        keras.layers.Dense(hidden_dim, activation="relu", dtype=dtype, name="head_hidden"),
+        Dropout(dropout, dtype=dtype),
+        keras.layers.Dense(num_classes, dtype=dtype, name="head_output"),
+        keras.layers.Activation("linear", dtype="float32", name="logits"),
+    )
+
+
+class PooledClassifier(XLADropoutMixin, keras.Model):
+    """A functional classifier whose graph is `_head(_pooled_features(x))`.
+
+    Subclasses build their layers (the head's by `head_layers`), define
+    `_pooled_features` (inputs -> `(B, d)`), set
+    `vocabulary_size`, `num_classes` and `mixup_alpha`/`mixup_seed`, and
+    call `keras.Model.__init__(inputs=..., outputs=...)`.  This class adds
+    what every such classifier does alike: token ids checked before the
+    graph casts them; with `mixup_alpha`, the training call mixes the
+    pooled features of example i with those of example B-1-i and returns
+    `(B, num_classes + 1)` (the logits, then lam), whose loss
+    `classifier_loss` takes; metrics on the unmixed logits; probabilities.
+    """
+
+    def _head(self, x):
+        """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
+        x = self.head_dropout(self.head_hidden(x))
+        return self.logits_cast(self.head_output(x))
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # Validate before the functional graph casts float ids to int32.
+        if self.vocabulary_size is not None:
+            check_token_ids("token_ids", inputs)
+        if training and self.mixup_alpha:
+            # Run by the layers themselves: the mixing sits between the
+            # graph's pooling and its head.  The call context carries
+            # training=True to the dropouts.
+            pooled = self._pooled_features(inputs)
+            lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
+            weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
+            mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)
+            logits = self._head(mixed)
+            return ops.concatenate([logits, ops.expand_dims(lam, -1)], axis=-1)
+        # Explicit class: AutoGraph cannot resolve zero-argument super().
+        return super(PooledClassifier, self).call(  # noqa: UP008 (AutoGraph)
+            inputs, training=training, mask=mask, **kwargs
+        )
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        parent = super(PooledClassifier, self)  # noqa: UP008 (AutoGraph)
+        return classifier_loss(parent.compute_loss, x, y, y_pred, self.num_classes,
+                               sample_weight, training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        # A mixup output is scored against each example's own (main) label.
+        return super(PooledClassifier, self).compute_metrics(  # noqa: UP008 (AutoGraph)
+            x, y, unmixed_logits(y_pred, self.num_classes), sample_weight=sample_weight
+        )
+
+    @property
+    def input_name(self):
+        return "token_ids" if self.vocabulary_size is not None else "features"
+
+    def probabilities(self, logits):
+        """Class probabilities from logits: sigmoid for 1 class, else softmax."""
+        return class_probabilities(logits, self.num_classes)
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
