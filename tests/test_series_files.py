@@ -222,3 +222,40 @@ def test_predict_reads_series_files_one_input_a_series(tmp_path):
     holes = _ts(tmp_path, "1,?,3:4,5,6:run\n", name="holes.ts")
     with pytest.raises(ValueError, match=re.escape(f"--input {holes!r}: series 1 holds 1")):
         read_inputs(input_file=holes)
+
+
+def test_multivariate_classifier_exports_equal_keras(tmp_path):
+    """Three channels read from a `.ts` file: SavedModel and TFLite answer as Keras."""
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from export.saved_model import export_saved_model
+    from export.tflite import export_tflite
+    from export.tflite_verify import verify_tflite
+    from export.verify import compare_outputs, reference_outputs
+    from keras_transformer.models import TransformerClassifier
+
+    path = _equal_ts(tmp_path, "x.ts", [(i, "walk" if i % 3 else "run") for i in range(5)])
+    series, _, label_values, _ = read_ts(path)
+    series = np.concatenate([series, series[:, ::-1]], axis=1) * 2.0  # (5, 10, 3)
+    names = label_values.tolist()
+    model = TransformerClassifier(
+        num_classes=len(names), num_features=3, num_layers=1, hidden_dim=8, num_heads=2,
+        intermediate_dim=16, max_sequence_length=10, patch_length=4, patch_stride=2,
+        standardize_series=True,
+    )
+    target = export_saved_model(model, None, {"task": "timeseries"}, tmp_path / "saved",
+                                "timeseries", names)
+    got = tf.saved_model.load(str(target)).signatures["serving_default"](
+        features=tf.constant(series))
+    expected = reference_outputs(model, None, "timeseries", series, names)
+    assert got["probabilities"].shape == (5, 2)
+    assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
+
+    tflite = export_tflite(model, tmp_path / "x.tflite", "timeseries")
+    runner = Interpreter(model_path=tflite).get_signature_runner("serving_default")
+    (spec,) = runner.get_input_details().values()
+    assert list(spec["shape_signature"]) == [1, 10, 3]
+    report = verify_tflite(tflite, model, series)
+    assert report["ok"] and report["num_examples"] == 5, report
+    assert report["max_abs_diff"] <= 1e-5 and report["label_agreement"] == 1.0
