@@ -5,6 +5,8 @@ reader by suffix, and `predict --input` on a series file.  Tiny files are
 written in `tmp_path`.
 """
 
+import gzip
+import pathlib
 import re
 
 import numpy as np
@@ -183,6 +185,11 @@ def test_series_task_picks_the_reader_by_suffix(tmp_path):
     assert data.test[0].shape == (2, 5, 3) and data.test[1].tolist() == [1, 0]
     np.testing.assert_array_equal(data.valid[0][1], [[1, 1, 1], [0, 1, 2]])  # CSV: (T, C)
     assert data.valid[1].tolist() == [0, 1]
+    # The suffix is read without case and without a ".gz" after it.
+    packed = tmp_path / "TRAIN.TS.gz"
+    packed.write_bytes(gzip.compress(pathlib.Path(train).read_bytes()))
+    again = task.load_data(config.replace(train_files=(str(packed),)), tmp_path)
+    np.testing.assert_array_equal(again.train[0], x)
     # A file of another suffix is UCR: one channel.
     ucr = _write(tmp_path, "train.txt", "walk 1 2 3\n".replace("walk", "1") + "2 4 5 6\n")
     ucr_data = task.load_data(config.replace(train_files=(ucr,), test_files=(ucr,),

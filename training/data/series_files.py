@@ -37,6 +37,13 @@ _MISSING = ("?", "nan")
 _CSV_HEADER = ("series_id", "channel", "label")
 
 
+def series_suffix(path):
+    """The suffix that names a file's format, lowercase: ".ts" of "a.TS" and "a.ts.gz"."""
+    name = os.path.basename(os.fspath(path)).lower()
+    name = name[: -len(".gz")] if name.endswith(".gz") else name
+    return os.path.splitext(name)[1]
+
+
 def _where(reader, path, line_number):
     return f"{reader}: path={os.fspath(path)!r} line {line_number}"
 

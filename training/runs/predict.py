@@ -171,7 +171,7 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
 
 def _is_series_file(path):
     """A `.ts` file, or a `.csv` file in `read_series_csv`'s layout (by its header)."""
-    suffix = os.path.splitext(os.fspath(path).lower().removesuffix(".gz"))[1]
+    suffix = series_files.series_suffix(path)
     if suffix == ".ts":
         return True
     if suffix != ".csv" or not os.path.isfile(path):
@@ -183,7 +183,7 @@ def _is_series_file(path):
 
 def _read_series_inputs(path):
     """The series of a `.ts` / `.csv` file, each cut to its own length."""
-    if os.fspath(path).lower().removesuffix(".gz").endswith(".ts"):
+    if series_files.series_suffix(path) == ".ts":
         x, _, _, lengths = series_files.read_ts(path, labels=False)
     else:
         x, _, _, lengths = series_files.read_series_csv(path, labels=False)

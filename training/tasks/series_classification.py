@@ -22,13 +22,6 @@ _NUMBER_SEPARATORS = re.compile(r"[,\s]+")
 SERIES_READERS = {".ts": series_files.read_ts, ".csv": series_files.read_series_csv}
 
 
-def series_suffix(path):
-    """The suffix that picks a file's reader: ".ts" of "a.ts" and of "a.ts.gz"."""
-    name = os.path.basename(os.fspath(path)).lower()
-    name = name[: -len(".gz")] if name.endswith(".gz") else name
-    return os.path.splitext(name)[1]
-
-
 def read_series_file(path, what):
     """(series (N, T, C), class ids (N,), label values) of one data file.
 
@@ -48,7 +41,7 @@ def read_series_file(path, what):
             names the file and the series, and what to do.
     """
     require_file(path, what)
-    reader = SERIES_READERS.get(series_suffix(path))
+    reader = SERIES_READERS.get(series_files.series_suffix(path))
     if reader is None:
         x, y, names = readers.read_ucr(path)
         lengths = np.full(len(x), x.shape[1], np.int32)
