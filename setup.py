@@ -50,7 +50,11 @@ setup(
             # backend (CPU), in a subprocess.
             "jax>=0.10,<0.12",
         ],
-        "bench": ["keras-hub>=0.32,<0.33"],
+        "bench": [
+            "keras-hub>=0.32,<0.33",
+            # benchmarks/write_uea_ts.py: the UEA sets sktime ships, as .ts files.
+            "sktime>=0.30",
+        ],
     },
     entry_points={
         "console_scripts": [

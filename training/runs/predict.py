@@ -9,7 +9,9 @@ printf '0.1 0.5 0.2\\n0.3 0.1 0.9\\n' | python -m training predict --run-dir run
 One output line per input: a translation, or `label<TAB>probability` for a
 classifier (the chosen class and its probability).  Text is one sentence a
 line; a series is one line of numbers separated by commas or spaces (time
-steps separated by ";" when a step has several features).
+steps separated by ";" when a step has several features), or `--input` names
+a series file (`.ts`, or `.csv` of `read_series_csv`'s layout), one answer
+a series.
 
 Both sources answer through the task (`training.tasks`): the same parsing,
 the same batches (inputs sorted by length, `batch_size` at a time) and the
@@ -23,6 +25,10 @@ import json
 import os
 import sys
 
+import numpy as np
+
+from training.data import series_files
+from training.data.readers import read_lines
 from training.tasks import get_task
 
 
@@ -132,6 +138,17 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
 
     A line is one input; the line break (and a "\\r" before it) is not part
     of it, and a last line break does not start another input.
+
+    Series files are read whole instead, one input a series, each `(T, C)`
+    of its own length: a `.ts` file (`training.data.series_files.read_ts`),
+    and a `.csv` file whose header begins `series_id,channel,label`
+    (`read_series_csv`; another `.csv` is lines).  Their labels are not
+    read, and may be left out.
+
+    Raises:
+        ValueError: If both `arguments` and `input_file` are given, a series
+            file is malformed, or one of its series holds a missing value
+            (the message names the file and the series).
     """
     if arguments and input_file is not None:
         raise ValueError(
@@ -140,6 +157,8 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
     if arguments:
         return list(arguments)
     if input_file is not None and input_file != "-":
+        if _is_series_file(input_file):
+            return _read_series_inputs(input_file)
         with open(input_file, encoding="utf-8") as f:
             text = f.read()
     else:
@@ -148,3 +167,32 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
     if lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _is_series_file(path):
+    """A `.ts` file, or a `.csv` file in `read_series_csv`'s layout (by its header)."""
+    suffix = series_files.series_suffix(path)
+    if suffix == ".ts":
+        return True
+    if suffix != ".csv" or not os.path.isfile(path):
+        return False
+    lines = read_lines(path)
+    header = [cell.strip().lower() for cell in (lines[0] if lines else "").split(",")[:3]]
+    return header == ["series_id", "channel", "label"]
+
+
+def _read_series_inputs(path):
+    """The series of a `.ts` / `.csv` file, each cut to its own length."""
+    if series_files.series_suffix(path) == ".ts":
+        x, _, _, lengths = series_files.read_ts(path, labels=False)
+    else:
+        x, _, _, lengths = series_files.read_series_csv(path, labels=False)
+    inputs = [x[i, : lengths[i]] for i in range(len(x))]
+    for number, series in enumerate(inputs, start=1):
+        if np.isnan(series).any():
+            raise ValueError(
+                f"--input {os.fspath(path)!r}: series {number} holds "
+                f"{int(np.isnan(series).sum())} missing values (NaN or '?'); the model "
+                "reads finite numbers only: fill them (e.g. by interpolating) first."
+            )
+    return inputs

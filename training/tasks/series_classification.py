@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.data import readers, synthetic_series
+from training.data import readers, series_files, synthetic_series
 from training.data.common import TaskData, require_file
 from training.pipeline import datasets
 from training.pipeline.series_augmentation import augment_series
@@ -18,13 +18,74 @@ from training.tasks.base import Task
 from training.tasks.options import SeriesOptions
 
 _NUMBER_SEPARATORS = re.compile(r"[,\s]+")
+#: The readers of series files by suffix (after any ".gz"); others are UCR.
+SERIES_READERS = {".ts": series_files.read_ts, ".csv": series_files.read_series_csv}
+
+
+def read_series_file(path, what):
+    """(series (N, T, C), class ids (N,), label values) of one data file.
+
+    The suffix picks the reader: `.ts` `series_files.read_ts`, `.csv`
+    `series_files.read_series_csv`, any other `readers.read_ucr` (one
+    channel).  The model does not mask padding yet, so the series must
+    share one length and hold no missing values.
+
+    Args:
+        path: The file.
+        what: What the file is ("train file"), for the messages.
+
+    Raises:
+        FileNotFoundError: If `path` is no file.
+        ValueError: If a reader refuses the file, its series differ in
+            length, or a series holds a missing value (NaN); the message
+            names the file and the series, and what to do.
+    """
+    require_file(path, what)
+    reader = SERIES_READERS.get(series_files.series_suffix(path))
+    if reader is None:
+        x, y, names = readers.read_ucr(path)
+        lengths = np.full(len(x), x.shape[1], np.int32)
+    else:
+        x, y, names, lengths = reader(path)
+    check_complete_series(x, lengths, f"{what} {os.fspath(path)!r}")
+    return x, y, names
+
+
+def check_complete_series(x, lengths, where):
+    """Refuses series of unequal lengths or with missing values, naming `where`.
+
+    The classifier reads every step of a batch: NaN padding or a missing
+    value would turn its loss into NaN (`training.pipeline.datasets` refuses
+    them too, without naming the file).
+    """
+    short = np.flatnonzero(lengths < x.shape[1])
+    if short.size:
+        i = int(short[0])
+        raise ValueError(
+            f"The series of {where} differ in length: {int(lengths.min())} to "
+            f"{x.shape[1]} steps (series {i + 1} has {int(lengths[i])}; "
+            f"{short.size} of {len(x)} are shorter than the longest). The series model "
+            "does not mask padding yet: cut, resample or pad the series to one length "
+            "before training."
+        )
+    missing = np.isnan(x).any(axis=(1, 2))
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{where} has missing values (NaN or '?'): series {i + 1} holds "
+            f"{int(np.isnan(x[i]).sum())}, and {int(missing.sum())} of {len(x)} series hold "
+            "some. The series model does not mask or fill them: fill them (e.g. by "
+            "interpolating each channel) before training."
+        )
 
 
 class SeriesClassification(Task):
     """Series `(T, F)` -> class, in tokens of `patch_length` steps (PatchTST).
 
-    Data: a UCR-format `train_files[0]` (label, then the values) and
-    `test_files[0]`, or without files a generated two-class task (normal
+    Data: `train_files[0]` and `test_files[0]` in the format their suffix
+    names (`read_series_file`: `.ts` and `.csv` of several channels, else
+    UCR: label, then the values), of one length and without missing values,
+    or without files a generated two-class task (normal
     vs. anomalous, written to `RUN/data`).  Every training series trains:
     `valid_files[0]` validates when given, otherwise the training series do
     (their accuracy measures fit, not generalisation, so the presets select
@@ -80,9 +141,9 @@ class SeriesClassification(Task):
 
     def load_data(self, config, run_dir):
         if config.train_files:
-            x, y, names = readers.read_ucr(require_file(config.train_files[0], "train file"))
+            x, y, names = read_series_file(config.train_files[0], "train file")
             test_path = (config.test_files or config.train_files)[0]
-            tx, ty_raw, test_names = readers.read_ucr(require_file(test_path, "test file"))
+            tx, ty_raw, test_names = read_series_file(test_path, "test file")
             ty = self._label_ids(ty_raw, test_names, names, "Test")
         else:
             x, y = synthetic_series.generate_series(1200, seed=config.seed)
@@ -94,8 +155,7 @@ class SeriesClassification(Task):
         y = np.asarray(y)
         valid = (x, y)
         if config.valid_files:
-            vx, vy_raw, valid_names = readers.read_ucr(
-                require_file(config.valid_files[0], "valid file"))
+            vx, vy_raw, valid_names = read_series_file(config.valid_files[0], "valid file")
             valid = (vx, self._label_ids(vy_raw, valid_names, names, "Validation"))
         return TaskData((x, y), valid, (tx, ty), label_names=[str(n) for n in names])
 
