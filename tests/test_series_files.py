@@ -251,15 +251,15 @@ def test_multivariate_classifier_exports_equal_keras(tmp_path):
         intermediate_dim=16, max_sequence_length=10, patch_length=4, patch_stride=2,
         standardize_series=True,
     )
-    target = export_saved_model(model, None, {"task": "timeseries"}, tmp_path / "saved",
-                                "timeseries", names)
+    task = get_task("timeseries", label_names=names)
+    target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
         features=tf.constant(series))
-    expected = reference_outputs(model, None, "timeseries", series, names)
+    expected = reference_outputs(model, task, series)
     assert got["probabilities"].shape == (5, 2)
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
 
-    tflite = export_tflite(model, tmp_path / "x.tflite", "timeseries")
+    tflite = export_tflite(model, tmp_path / "x.tflite", task)
     runner = Interpreter(model_path=tflite).get_signature_runner("serving_default")
     (spec,) = runner.get_input_details().values()
     assert list(spec["shape_signature"]) == [1, 10, 3]
