@@ -15,6 +15,7 @@ from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
 from keras_transformer.layers.validation import check_token_ids
+from keras_transformer.models._serialization import with_dtype_policy
 from keras_transformer.models._xla_dropout import XLADropoutMixin
 
 
@@ -195,7 +196,4 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**with_dtype_policy(config))

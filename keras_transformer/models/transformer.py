@@ -17,6 +17,7 @@ from keras_transformer.layers.validation import (
     check_positive_int,
     check_token_ids,
 )
+from keras_transformer.models._serialization import with_dtype_policy
 from keras_transformer.models._xla_dropout import XLADropoutMixin
 from keras_transformer.models.transformer_config import TransformerConfig, get_preset
 
@@ -277,10 +278,7 @@ class Transformer(XLADropoutMixin, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**with_dtype_policy(config))
 
 
 def _validate(c):

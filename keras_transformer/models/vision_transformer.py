@@ -14,6 +14,7 @@ from keras_transformer.layers.validation import (
     check_positive_int,
     check_rate,
 )
+from keras_transformer.models._serialization import with_dtype_policy
 from keras_transformer.models._xla_dropout import XLADropoutMixin
 from keras_transformer.models.pooled_classifier import class_probabilities
 
@@ -281,7 +282,4 @@ class VisionTransformer(XLADropoutMixin, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**with_dtype_policy(config))
