@@ -91,3 +91,23 @@ def test_lock_file_is_not_run_content_and_survives_overwrite(tmp_path):
         assert not (run_dir / "checkpoints" / "old.txt").exists()
         with pytest.raises(RunDirInUseError):  # still held after the overwrite
             RunDirLock(run_dir).acquire()
+
+
+def test_compact_finished_run_keeps_the_product_and_drops_the_checkpoints(tmp_path):
+    from training.runs.run_dir import compact_finished_run
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "resume" / "step-000000004").mkdir(parents=True)
+    (run_dir / "checkpoints" / "resume" / "step-000000004" / "w.h5").write_bytes(b"x" * 300)
+    (run_dir / "checkpoints" / "resume" / "LATEST").write_text("step-000000004")
+    (run_dir / "checkpoints" / "epoch-001.weights.h5").write_bytes(b"y" * 100)
+    (run_dir / "checkpoints" / "scores.json").write_text("{}")
+    (run_dir / "model.keras").write_bytes(b"m")
+    with pytest.raises(FileNotFoundError, match="no metrics.json"):
+        compact_finished_run(run_dir)  # an unfinished run keeps everything
+    assert (run_dir / "checkpoints" / "resume" / "LATEST").exists()
+    (run_dir / "metrics.json").write_text("{}")
+    assert compact_finished_run(run_dir) == 300 + len("step-000000004") + 100
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["scores.json"]
+    assert (run_dir / "model.keras").exists()
+    assert compact_finished_run(run_dir) == 0  # a second call (after a kill) is harmless

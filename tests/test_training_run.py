@@ -54,9 +54,13 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
         "vocab/vocab.txt",
         "model.keras",
         "metrics.json",
-        "checkpoints/resume/LATEST",
+        "checkpoints/scores.json",
     ):
         assert (run_dir / name).exists(), name
+    # Finished: the resume checkpoint and the epoch weights are gone, their
+    # choice is in model.keras and metrics.json.
+    leftover = sorted(os.listdir(run_dir / "checkpoints"))
+    assert leftover == ["scores.json"], leftover
     assert (
         TrainingConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
         == config
@@ -67,7 +71,7 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
         metrics
     )
     assert "test_beam_skipped" not in metrics  # no budget: nothing left out
-    assert set(metrics["eval_parts_seconds"]) == {"selection", "test_greedy", "test_beam"}
+    assert set(metrics["eval_parts_seconds"]) == {"selection", "valid", "test_greedy", "test_beam"}
     tags = _tensorboard_tags(run_dir / "logs")
     for tag in (
         "epoch_loss",
@@ -302,7 +306,7 @@ def test_no_training_starts_once_the_budget_is_spent(tmp_path):
     assert metrics["plan"]["test_beam"]  # planned, then left out at the end
     assert "test_bleu_beam" not in metrics
     assert "budget has 0 s left" in metrics["test_beam_skipped"]
-    assert set(metrics["eval_parts_seconds"]) == {"selection", "test_greedy"}
+    assert set(metrics["eval_parts_seconds"]) == {"selection", "valid", "test_greedy"}
     assert "end_time" not in json.loads((tmp_path / "run" / "plan.json").read_text())
 
 

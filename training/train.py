@@ -44,7 +44,12 @@ from training.monitor.tensorboard import write_final_metrics, write_hparams
 from training.recipe import adaptive, budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
-from training.runs.run_dir import RunDirLock, prepare_run_dir
+from training.runs.run_dir import (
+    RunDirLock,
+    compact_finished_run,
+    prepare_run_dir,
+    write_json_atomically,
+)
 from training.tasks import get_task
 from training.tasks.common import preset_config, with_cardinality
 
@@ -409,12 +414,13 @@ def _select_and_evaluate(session, run, planner):
 
 
 def _save(session, run, metrics, watch):
-    """model.keras, metrics.json (with the phases' seconds) and the final events."""
+    """model.keras, metrics.json (with the phases' seconds) and the final
+    events; then the run drops its checkpoints (`compact_finished_run`)."""
     selection.save_final_model(session.model, os.path.join(run.run_dir, "model.keras"))
     metrics.update(watch.report())
-    with open(os.path.join(run.run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
+    write_json_atomically(os.path.join(run.run_dir, "metrics.json"), metrics)
     write_final_metrics(run.logs_dir, session.config, metrics, int(session.checkpoint.step))
+    compact_finished_run(run.run_dir)
 
 
 class _DropoutOffAt(keras.callbacks.Callback):

@@ -6,12 +6,18 @@ RUN/
   vocab/                 vocab.txt + tokenizer.json (text tasks)
   labels.json            class names (classification tasks)
   checkpoints/resume/    step-<n>/ + LATEST: resumable, kill-safe
-  checkpoints/epoch-<e>.weights.h5   the last k epochs, for averaging
+  checkpoints/epoch-<e>.weights.h5   the last k and best k epochs, for averaging
+  checkpoints/scores.json            each epoch's validation score
   logs/                  TensorBoard: train/, validation/, attention/, hparams
   model.keras            the final (optionally averaged) model
   metrics.json           final validation and test figures
   .lock                  held by the one process training the run (RunDirLock)
 ```
+
+A finished run keeps what it made (model.keras, metrics.json, logs, the
+vocabulary and scores.json) and drops what only an unfinished run needs:
+the resume checkpoint (weights with the optimizer's state) and the epoch
+weights that model selection read (`compact_finished_run`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,54 @@ if TYPE_CHECKING:  # imported in load_run: the lock and the CLI stay light
 
 #: The lock file of a run directory, kept by `prepare_run_dir --overwrite`.
 LOCK_NAME = ".lock"
+
+
+def write_json_atomically(path, value):
+    """Writes `value` as JSON to `path` through a temporary file and a
+    rename, so a kill leaves the old file or the new one, never half."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+def compact_finished_run(run_dir):
+    """Removes what only an unfinished run needs; returns the bytes freed.
+
+    Call it once `model.keras` and `metrics.json` are written: a finished
+    run is never resumed (`prepare_run_dir` refuses it), so the resume
+    checkpoint's optimizer state is dead weight, and the epoch weights are
+    already in `model.keras` (selection chose or averaged them; which ones
+    and their scores stay in metrics.json and `checkpoints/scores.json`).
+    A kill part-way leaves a finished run with some files still to remove,
+    and nothing else.
+    """
+    checkpoints = os.path.join(os.fspath(run_dir), "checkpoints")
+    if not os.path.isfile(os.path.join(os.fspath(run_dir), "metrics.json")):
+        raise FileNotFoundError(
+            f"run_dir={os.fspath(run_dir)!r} has no metrics.json: an unfinished run "
+            "keeps its checkpoints."
+        )
+    freed = 0
+    if not os.path.isdir(checkpoints):
+        return freed
+    for name in sorted(os.listdir(checkpoints)):
+        path = os.path.join(checkpoints, name)
+        if name == "resume" and os.path.isdir(path):
+            freed += _tree_bytes(path)
+            shutil.rmtree(path)
+        elif name.startswith("epoch-") and name.endswith(".weights.h5"):
+            freed += os.path.getsize(path)
+            os.remove(path)
+    return freed
+
+
+def _tree_bytes(path):
+    return sum(
+        os.path.getsize(os.path.join(folder, name))
+        for folder, _, names in os.walk(path)
+        for name in names
+    )
 
 
 class RunDirInUseError(OSError):
