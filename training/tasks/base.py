@@ -28,6 +28,7 @@ Who calls what:
 import json
 import os
 
+from training.recipe import budget
 from training.tasks.options import TaskOptions, option_defaults, option_names
 from training.text.tokenizers import load_tokenizer
 
@@ -213,9 +214,12 @@ class Task:
         by then, and says so in the metrics.  A task may return
         `eval_parts`, {part: seconds}, which `metrics.json` records (rounded).
         """
-        results = model.evaluate(valid, verbose=0, return_dict=True)
+        watch = budget.Stopwatch()
+        with watch.phase("valid"):
+            results = model.evaluate(valid, verbose=0, return_dict=True)
         metrics = {f"valid_{k}": float(v) for k, v in results.items()}
         metrics.update(self.evaluate_test(config, model, data, plan or {}))
+        metrics["eval_parts"] = {**watch.phases, **metrics.get("eval_parts", {})}
         return metrics
 
     def evaluate_test(self, config, model, data, plan=None):

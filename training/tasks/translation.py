@@ -275,7 +275,10 @@ class Translation(Task):
         # An epoch's score and the end's selection and saving: validation
         # decodes, or (validated by loss) what any task spends on them.
         if config.eval_sentences:
-            seconds_epoch, seconds_rest = seconds_score, 5.0 + 3 * seconds_final_score
+            # The end also runs one loss pass over the validation split
+            # (`Task.evaluate`'s valid_* figures).
+            seconds_epoch = seconds_score
+            seconds_rest = 5.0 + 3 * seconds_final_score + seconds_loss
         else:
             seconds_epoch, seconds_rest = super().time_evaluation(
                 config, model, data, score, seconds_loss, plan
