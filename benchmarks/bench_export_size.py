@@ -4,12 +4,14 @@ For a run directory of a classification preset (`trec`, `sst2`, ...):
 
 - the run directory, `model.keras`, the epoch checkpoints and the resume
   checkpoint, in MB;
-- the SavedModel (`export.saved_model.export_saved_model`) and the `.tflite`
+- the SavedModel (`export.saved_model.export_saved_model`), float32 and
+  with its embedding tables in int8 (`quantize="int8"`), and the `.tflite`
   file of each weight type (`export.tflite.export_tflite`: none, float16,
   int8), in MB;
 - test accuracy on the run's own test split: the Keras model (as `train`
-  measured it), and each `.tflite` file run by the LiteRT interpreter on the
-  same tokenized questions, with its label agreement with Keras.
+  measured it), each SavedModel reloaded and fed the raw test strings, and
+  each `.tflite` file run by the LiteRT interpreter on the same tokenized
+  questions, each with its label agreement with Keras.
 
     python3 -m training train --config trec --run-dir runs/trec
     python3 benchmarks/bench_export_size.py --run-dir runs/trec
@@ -56,6 +58,18 @@ def _tflite_accuracy(path, model, texts, labels, tokenizer):
             float((answers == keras_probabilities.argmax(-1)).mean()))
 
 
+def _saved_model_accuracy(path, texts, labels, keras_answers):
+    """(accuracy, agreement with Keras) of a reloaded SavedModel fed `texts`."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    answers = np.concatenate([
+        serve(sentences=tf.constant(texts[i:i + 256]))["probabilities"].numpy().argmax(-1)
+        for i in range(0, len(texts), 256)
+    ])
+    return float((answers == labels).mean()), float((answers == keras_answers).mean())
+
+
 def main():
     args = common.parse_args(
         __doc__.split("\n\n")[0],
@@ -76,8 +90,15 @@ def main():
     accuracy = {"keras (metrics.json)": run.metrics.get("test_accuracy")}
     agreement = {}
     with tempfile.TemporaryDirectory() as scratch:
-        saved = export_saved_model(run.model, run.config, os.path.join(scratch, "sm"), run.task)
-        sizes["saved_model"] = _size(saved)
+        keras_answers = np.asarray(run.task.outputs(run.model, list(texts))["probabilities"]
+                                   ).argmax(-1)
+        for quantize in ("none", "int8"):
+            name = f"saved_model_{quantize}"
+            saved = export_saved_model(run.model, run.config, os.path.join(scratch, name),
+                                       run.task, quantize=quantize)
+            sizes[name] = _size(saved)
+            accuracy[name], agreement[name] = _saved_model_accuracy(
+                saved, list(texts), labels, keras_answers)
         for quantize in QUANTIZATIONS:
             path = export_tflite(run.model, os.path.join(scratch, f"{quantize}.tflite"),
                                  run.task, quantize=quantize)

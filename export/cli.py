@@ -32,7 +32,7 @@ def _saved_model(args):
 
     run = _load_run(args.run_dir)
     path = export_saved_model(run.model, run.config, args.output, run.task,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, quantize=args.quantize)
     print(path)
     return 0
 
@@ -75,6 +75,10 @@ def build_parser():
     )
     saved_model.add_argument(
         "--overwrite", action="store_true", help="Replace --output if it exists."
+    )
+    saved_model.add_argument(
+        "--quantize", choices=("none", "int8"), default="none",
+        help="A classifier's embedding tables in int8 (a scale per row); the rest float32.",
     )
     saved_model.set_defaults(handler=_saved_model)
 

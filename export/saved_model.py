@@ -21,6 +21,7 @@ import tempfile
 import tensorflow as tf
 
 from export.atomic import atomic_directory
+from export.quantize import EXPORT_ASSET, check_saved_model_quantize, int8_tables
 from training.tasks.base import require_task
 
 
@@ -67,7 +68,7 @@ def _write_assets(directory, config, tokenizer, label_names):
     return paths
 
 
-def export_saved_model(model, config, export_dir, task, overwrite=False):
+def export_saved_model(model, config, export_dir, task, overwrite=False, quantize="none"):
     """Writes a strings-in SavedModel of `model`, atomically.
 
     Signatures: for translation `serving_default` (`sentences` tf.string
@@ -92,6 +93,10 @@ def export_saved_model(model, config, export_dir, task, overwrite=False):
             the assets; None for numeric and image input) and class names
             (written to labels.txt): `run.task` of a loaded run.
         overwrite: Replace an existing `export_dir`.
+        quantize: "none", or "int8" for a classifier: its embedding tables
+            stored in int8 with a float32 scale per row, the rest float32
+            (`export.quantize.int8_tables`; about a quarter of the tables'
+            bytes).  Recorded in `assets/export.json` for `verify`.
 
     Returns:
         The absolute path of the export.
@@ -107,6 +112,9 @@ def export_saved_model(model, config, export_dir, task, overwrite=False):
     except TypeError as error:
         raise ValueError(f"config must be JSON-serialisable: {error}") from error
     task = require_task(task)
+    check_saved_model_quantize(quantize, model)
+    if quantize == "int8":
+        model = int8_tables(model)
     module = build_serving_module(model, task)
     # A classifier's labels.txt names every class, defaults included.
     label_names = task.class_names(model)
@@ -117,6 +125,9 @@ def export_saved_model(model, config, export_dir, task, overwrite=False):
         tempfile.TemporaryDirectory() as assets,
     ):
         asset_paths = _write_assets(assets, config, tokenizer, label_names)
+        asset_paths["export"] = os.path.join(assets, EXPORT_ASSET)
+        with open(asset_paths["export"], "w", encoding="utf-8") as f:
+            json.dump({"quantize": quantize}, f)
         module.assets = {
             name: tf.saved_model.Asset(path) for name, path in asset_paths.items()
         }

@@ -90,7 +90,7 @@ def test_signatures_declare_strings(loaded_translator):
 
 def test_config_and_vocabulary_travel_as_assets(translator, tokenizer, translator_dir):
     assets = os.path.join(translator_dir, "assets")
-    assert sorted(os.listdir(assets)) == ["config.json", "tokenizer.json", "vocab.txt"]
+    assert sorted(os.listdir(assets)) == ["config.json", "export.json", "tokenizer.json", "vocab.txt"]
     with open(os.path.join(assets, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     assert config["model"]["max_sequence_length"] == MAX_SEQUENCE_LENGTH

@@ -110,7 +110,7 @@ def test_signature_takes_images_and_returns_probabilities_and_labels(export_dir)
     assert outputs["probabilities"].dtype == tf.float32
     assert outputs["labels"].dtype == tf.string
     assets = os.path.join(export_dir, "assets")
-    assert sorted(os.listdir(assets)) == ["config.json", "labels.txt"]
+    assert sorted(os.listdir(assets)) == ["config.json", "export.json", "labels.txt"]
     with open(os.path.join(assets, "labels.txt"), encoding="utf-8") as f:
         assert f.read().split() == list(LABEL_NAMES)
 
