@@ -76,8 +76,7 @@ class SeriesPatches(keras.layers.Layer):
     def _overlapping(self, inputs):
         batch, length, features = ops.shape(inputs)
         p, s = self.patch_length, self.step
-        count = ops.maximum(length - p, 0)
-        count = (count + s - 1) // s + 1  # n: patches that cover every step
+        count = self.num_patches(length)  # n: patches that cover every step
         padding = (count - 1) * s + p - length  # >= 0 steps of zeros at the end
         x = ops.pad(inputs, [[0, 0], [0, padding], [0, 0]])  # (B, (n-1)s+p, F)
         starts = ops.arange(count) * s  # (n,)
@@ -86,7 +85,13 @@ class SeriesPatches(keras.layers.Layer):
         return ops.reshape(x, (batch, -1, p * features))  # (B, n, p*F)
 
     def num_patches(self, length):
-        """n = ceil(max(T - p, 0) / s) + 1: the patches of a series of T steps."""
+        """n = ceil(max(T - p, 0) / s) + 1: the patches of a series of T steps.
+
+        A Python int for an int T (a static shape, as under `jax.jit`, where
+        padding by a traced amount is refused), else a tensor.
+        """
+        if isinstance(length, int):
+            return -(-max(length - self.patch_length, 0) // self.step) + 1
         count = ops.maximum(length - self.patch_length, 0)
         return (count + self.step - 1) // self.step + 1
 
