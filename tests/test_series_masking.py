@@ -169,3 +169,94 @@ def test_padded_batches_train_to_finite_weights():
     history = model.fit(_pad(rows), np.array([0, 1, 2, 1]), epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     assert all(np.isfinite(ops.convert_to_numpy(w)).all() for w in model.weights)
+
+
+def test_mixup_keeps_the_main_series_length_and_missing_values():
+    from training.pipeline.series_augmentation import mixup
+
+    rows = [_series(n, 2, seed) for seed, n in enumerate((6, 3, 5, 6))]
+    rows[3][1, 0] = NAN
+    x = _pad(rows)
+    y = np.eye(4, dtype="float32")
+    mixed, soft = (t.numpy() for t in mixup(x, y, 0.4, np.array([3, 4], "int32")))
+    np.testing.assert_array_equal(np.isnan(mixed), np.isnan(x))  # the main series' NaN only
+    lam = soft[np.arange(4), np.arange(4)]
+    partner = np.where(np.isnan(x[::-1]), x, x[::-1])
+    want = lam[:, None, None] * x + (1 - lam[:, None, None]) * partner
+    np.testing.assert_allclose(mixed, want, atol=1e-5)
+
+
+def _exported_classifier():
+    """A 3-channel classifier, its task, and series of unequal lengths with
+    missing values (`rows`, each its own length)."""
+    from training.tasks import get_task
+
+    model = TransformerClassifier(
+        num_classes=3, num_features=3, num_layers=1, hidden_dim=8, num_heads=2,
+        intermediate_dim=16, dropout=0.0, max_sequence_length=16, patch_length=4,
+        patch_stride=2, standardize_series=True,
+    )
+    rows = [_series(n, 3, seed) * (seed + 1) for seed, n in enumerate((16, 9, 12, 3))]
+    rows[1][4, 2] = NAN  # a missing value
+    rows[2][6] = NAN  # a missing step
+    return model, get_task("timeseries", label_names=["a", "b", "c"]), rows
+
+
+def _alone(model, rows):
+    return np.concatenate([
+        ops.convert_to_numpy(model.probabilities(model(row[None], training=False)))
+        for row in rows
+    ])
+
+
+def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(tmp_path):
+    import tensorflow as tf
+
+    from export.saved_model import export_saved_model
+    from export.tflite import export_tflite
+    from export.tflite_verify import verify_tflite
+    from export.verify import compare_outputs, reference_outputs
+
+    model, task, rows = _exported_classifier()
+    alone = _alone(model, rows)
+    expected = reference_outputs(model, task, rows)  # NaN-padded to the longest
+    np.testing.assert_allclose(expected["probabilities"], alone, atol=1e-5)
+
+    target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
+    signature = tf.saved_model.load(str(target)).signatures["serving_default"]
+    got = signature(**{k: tf.constant(v) for k, v in task.serving_inputs(rows).items()})
+    got = {k: v.numpy() for k, v in got.items()}
+    assert np.isnan(task.serving_inputs(rows)["features"]).any()
+    assert compare_outputs(got, expected) == []
+
+    tflite = export_tflite(model, tmp_path / "series.tflite", task)
+    report = verify_tflite(tflite, model, rows)  # NaN-padded to the file's 16 steps
+    assert report["ok"] and report["num_examples"] == 4, report
+    assert report["max_abs_diff"] <= 1e-5 and report["label_agreement"] == 1.0
+
+
+def test_probe_inputs_hold_padding_and_missing_values():
+    model, task, _ = _exported_classifier()
+    probes = task.probe_inputs(model)
+    assert probes.shape == (6, 16, 3)
+    assert np.isnan(probes[1, 8:]).all() and not np.isnan(probes[1, :8]).any()  # padded
+    assert np.isnan(probes[2]).sum() == 1 and np.isnan(probes[3, 8]).all()  # missing
+
+
+@pytest.mark.slow
+def test_export_verification_covers_padded_multivariate_probes(tmp_path):
+    """`verify_saved_model` (a fresh process and saved_model_cli) and
+    `verify_tflite` on the task's probes, padded and with missing values."""
+    from export.saved_model import export_saved_model
+    from export.tflite import export_tflite
+    from export.tflite_verify import verify_tflite
+    from export.verify import verify_saved_model
+
+    model, task, _ = _exported_classifier()
+    probes = task.probe_inputs(model)
+    target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
+    report = verify_saved_model(target, model, task)
+    assert report["ok"] and report["num_examples"] == 6, report
+    assert report["fresh_process"] == [] and report["saved_model_cli"] == []
+    tflite = export_tflite(model, tmp_path / "series.tflite", task)
+    assert verify_tflite(tflite, model, probes)["ok"]
