@@ -7,7 +7,10 @@ by importing `tensorflow_text`. Plain `saved_model_cli run` therefore fails
 with "Op type not registered 'NormalizeUTF8'", so the tool's own `main`
 is started from a `python3 -I -c` that imports `tensorflow_text` first; the
 command line is otherwise exactly `saved_model_cli run --dir ... --tag_set
-serve --signature_def ... --input_exprs ...`.
+serve --signature_def ... --input_exprs ... --inputs ...`: strings travel as
+Python literals (`--input_exprs`), numbers as `.npy` files (`--inputs`),
+which keep NaN (a series' padding and missing values) and every float32
+bit; a literal would carry neither.
 """
 
 import ast
@@ -15,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -117,7 +121,7 @@ def run_saved_model_cli(
 
     Args:
         saved_model_dir: The SavedModel directory.
-        inputs: {signature input key: NumPy array}; 1-D for strings. They
+        inputs: {signature input key: NumPy array}; 1-D for strings, which
             travel on the command line, so keep them small (< 100 kB).
         signature: Signature name (`--signature_def`).
         timeout: Seconds before the command is killed.
@@ -129,21 +133,32 @@ def run_saved_model_cli(
     Raises:
         RuntimeError: If the command fails or prints no result.
     """
-    command = [
-        sys.executable, "-I", "-c", _LAUNCHER, "run",
-        "--dir", os.path.abspath(saved_model_dir),
-        "--tag_set", "serve",
-        "--signature_def", signature,
-        "--input_exprs", input_exprs(inputs),
-    ]  # fmt: skip
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
+    strings = {k: v for k, v in inputs.items() if np.asarray(v).dtype.kind in "OSU"}
+    with tempfile.TemporaryDirectory() as scratch:
+        files = []
+        for key, value in inputs.items():
+            if key not in strings:
+                path = os.path.join(scratch, f"input_{len(files)}.npy")
+                np.save(path, np.asarray(value))
+                files.append(f"{key}={path}")
+        command = [
+            sys.executable, "-I", "-c", _LAUNCHER, "run",
+            "--dir", os.path.abspath(saved_model_dir),
+            "--tag_set", "serve",
+            "--signature_def", signature,
+        ]  # fmt: skip
+        if strings:
+            command += ["--input_exprs", input_exprs(strings)]
+        if files:
+            command += ["--inputs", ";".join(files)]
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
     outputs = parse_output(result.stdout)
     if result.returncode != 0 or not outputs:
         raise RuntimeError(

@@ -31,18 +31,19 @@ def tflite_quantization(interpreter):
     return "float16" if np.dtype(np.float16) in dtypes else "none"
 
 
-def _fit_length(rows, length):
-    """Pads (with 0) or cuts a list of 1-D/2-D arrays to `length` steps each."""
+def _fit_length(rows, length, fill=0):
+    """Pads (with `fill`) or cuts a list of 1-D/2-D arrays to `length` steps each."""
     fitted = []
     for row in rows:
         row = np.asarray(row)[:length]
         padding = [(0, length - len(row))] + [(0, 0)] * (row.ndim - 1)
-        fitted.append(np.pad(row, padding))
+        fitted.append(np.pad(row, padding, constant_values=fill))
     return np.stack(fitted)
 
 
 def _model_inputs(examples, tokenizer, spec):
-    """Examples -> the `.tflite` input array `(N, S)`, `(N, S, F)` or `(N, H, W, C)`.
+    """Examples -> the `.tflite` input array `(N, S)`, `(N, S, F)` or `(N, H, W, C)`:
+    ids 0-padded, series NaN-padded, each cut to S.
 
     Images are passed as they are: padding or cutting them would change
     what they show, and the interpreter rejects a wrong size.
@@ -59,11 +60,13 @@ def _model_inputs(examples, tokenizer, spec):
         # Packed ids (`CharNGramTokenizer`): an empty row is (0, 1 + G) too.
         rows = [np.asarray(row, np.int32).reshape(-1, *spec["shape"][2:]) for row in rows]
         return _fit_length(rows, length).astype(np.int32)
-    return _fit_length(list(examples), length).astype(spec["dtype"])
+    # Series are NaN-padded (keras_transformer.layers.series_masking): 0 is a value.
+    return _fit_length([np.asarray(e, np.float32) for e in examples], length, np.nan)
 
 
 def _run(runner, name, inputs, batch_size):
-    """Feeds `inputs` in static batches (the last one 0-padded)."""
+    """Feeds `inputs` in static batches (the last one filled with rows of 0, whose
+    answers are dropped)."""
     outputs = []
     for start in range(0, len(inputs), batch_size):
         chunk = inputs[start : start + batch_size]

@@ -32,5 +32,6 @@ def test_library_runs_and_agrees_on_the_jax_backend():
     first, last = figures["train_loss_first_last"]
     assert last < 0.5 * first
     assert figures["ngram_classifier_padding_diff"] < 1e-5
+    assert figures["series_padding_diff"] < 1e-5
     first, last = figures["ngram_classifier_loss_first_last"]
     assert last < 0.5 * first

@@ -239,8 +239,12 @@ def test_classification_from_series():
     with pytest.warns(TruncationWarning, match=r"^5 of 5 examples.*series of 7 steps"):
         short = make_classification_dataset(series, [0] * 5, max_sequence_length=4)
     assert short.element_spec[0]["features"].shape.as_list() == [None, 4, 1]
-    series[2, 3] = np.nan
-    with pytest.raises(ValueError, match="1 non-finite values"):
+    series[2, 3] = np.inf
+    with pytest.raises(ValueError, match=r"series 2 \(0-based\) holds an infinite value"):
+        make_classification_dataset(series, [0, 1, 0, 1, 1])
+    series[2, 3] = 0.0
+    series[4] = np.nan
+    with pytest.raises(ValueError, match=r"series 4 \(0-based\) has no known value"):
         make_classification_dataset(series, [0, 1, 0, 1, 1])
     with pytest.raises(ValueError, match="inputs has 5 items but labels has 4"):
         make_classification_dataset(series, [0, 1, 0, 1])

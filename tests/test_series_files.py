@@ -197,21 +197,47 @@ def test_series_task_picks_the_reader_by_suffix(tmp_path):
     assert ucr_data.train[0].shape == (2, 3, 1)
 
 
-def test_series_task_refuses_unequal_lengths_and_missing_values(tmp_path):
+def test_series_task_reads_unequal_lengths_and_missing_values(tmp_path):
+    """NaN-padded to the longest with the missing values as NaN; the recipe's
+    data-sized fields follow the longest series."""
     task = get_task("timeseries")
     config = TrainingConfig(task="timeseries", dataset="files")
-    ragged = _ts(tmp_path, "1,2,3:4,5,6:run\n7,8:9,10:walk\n", name="ragged.ts")
-    with pytest.raises(ValueError, match=re.escape(f"train file {ragged!r} differ in length")
-                       + ".*series 2 has 2.*cut, resample or pad"):
-        task.load_data(config.replace(train_files=(ragged,)), tmp_path)
-    holes = _ts(tmp_path, "1,2,3:4,5,6:run\n7,?,9:9,10,11:walk\n", name="holes.ts")
-    good = _ts(tmp_path, "1,2,3:4,5,6:run\n7,8,9:9,10,11:walk\n", name="good.ts")
-    with pytest.raises(ValueError, match=re.escape(f"test file {holes!r} has missing values")
-                       + ".*series 2 holds 1.*fill them"):
-        task.load_data(config.replace(train_files=(good,), test_files=(holes,)), tmp_path)
-    ucr_holes = _write(tmp_path, "holes.tsv", "1\t1\t2\n2\tNaN\t3\n")
-    with pytest.raises(ValueError, match=re.escape(f"valid file {ucr_holes!r} has missing")):
-        task.load_data(config.replace(train_files=(good,), valid_files=(ucr_holes,)), tmp_path)
+    ragged = _ts(tmp_path, "1,2,3:4,5,6:run\n7,8:9,?:walk\n1,?,3,4,5:1,2,3,4,5:run\n",
+                 name="ragged.ts")
+    data = task.load_data(config.replace(train_files=(ragged,)), tmp_path)
+    x = data.train[0]
+    assert x.shape == (3, 5, 2)
+    assert np.isnan(x[0, 3:]).all() and np.isnan(x[1, 2:]).all()  # padding
+    assert np.isnan(x[1, 1, 1]) and np.isnan(x[2, 1, 0])  # missing values
+    defaults = task.data_defaults(config, data)
+    assert defaults["max_sequence_length"] == 5  # the longest series
+    assert (defaults["patch_length"], defaults["patch_stride"]) == (2, 1)
+    ucr_holes = _write(tmp_path, "holes.tsv", "1\t1\t2\t5\n2\tNaN\t3\tNaN\n")
+    ucr = task.load_data(config.replace(train_files=(ucr_holes,)), tmp_path).train[0]
+    assert ucr.shape == (2, 3, 1) and np.isnan(ucr[1, [0, 2], 0]).all()
+
+
+def test_a_series_without_a_known_value_is_refused_naming_file_and_line(tmp_path):
+    task = get_task("timeseries")
+    config = TrainingConfig(task="timeseries", dataset="files")
+    empty = _ts(tmp_path, "1,2,3:4,5,6:run\n?,?:NaN,?:walk\n", name="empty.ts")
+    where = f"read_ts: path={empty!r} line {HEADER.count(chr(10)) + 2}"
+    with pytest.raises(ValueError, match=re.escape(where) + ".*every value is missing"):
+        task.load_data(config.replace(train_files=(empty,)), tmp_path)
+    csv = _write(tmp_path, "empty.csv",
+                 "series_id,channel,label,v1,v2\na,x,run,1,2\nb,x,walk,?,\n")
+    with pytest.raises(ValueError, match=re.escape(f"path={csv!r} line 3: series 'b'")
+                       + ".*every value is missing"):
+        read_series_csv(csv)
+    ucr = _write(tmp_path, "empty.tsv", "1\t1\t2\n2\tNaN\tNaN\n")
+    with pytest.raises(ValueError, match=re.escape(f"valid file {ucr!r}: series 2 has no "
+                                                   "known value")):
+        task.load_data(config.replace(train_files=(ragged_free(tmp_path),),
+                                      valid_files=(ucr,)), tmp_path)
+
+
+def ragged_free(tmp_path):
+    return _ts(tmp_path, "1,2,3:4,5,6:run\n7,8,9:9,10,11:walk\n", name="good.ts")
 
 
 def test_predict_reads_series_files_one_input_a_series(tmp_path):
@@ -227,8 +253,8 @@ def test_predict_reads_series_files_one_input_a_series(tmp_path):
     lines = _write(tmp_path, "lines.csv", "1,2,3\n4,5,6\n")
     assert read_inputs(input_file=lines) == ["1,2,3", "4,5,6"]
     holes = _ts(tmp_path, "1,?,3:4,5,6:run\n", name="holes.ts")
-    with pytest.raises(ValueError, match=re.escape(f"--input {holes!r}: series 1 holds 1")):
-        read_inputs(input_file=holes)
+    (series,) = read_inputs(input_file=holes)  # a missing value stays NaN: the model fills it
+    assert series.shape == (3, 2) and np.isnan(series[1, 0]) and task.parse_input(series) is not None
 
 
 def test_multivariate_classifier_exports_equal_keras(tmp_path):

@@ -311,7 +311,9 @@ def test_series_lines_parse_to_steps_and_features():
     np.testing.assert_array_equal(task.parse_input("1,2; 3 4;"), [[1, 2], [3, 4]])
     assert task.parse_input([0.5, 1.5]).shape == (2, 1)
     assert task.parse_input(np.zeros((3, 2))).dtype == np.float32
-    for bad in ("1 two 3", "", "1,2; 3", "nan 1"):
+    missing = task.parse_input("nan 1 ?")  # missing values are NaN
+    assert missing.shape == (3, 1) and np.isnan(missing[[0, 2], 0]).all()
+    for bad in ("1 two 3", "", "1,2; 3", "nan ?", "inf 1"):
         with pytest.raises(ValueError, match="series"):
             task.parse_input(bad)
 
@@ -360,8 +362,13 @@ def test_batch_tokens_count_what_the_learning_rate_scales_with():
     assert get_task("timeseries").batch_tokens(overlapping, series, None) == 2 * 4  # 0,2,4,6
 
 
-def test_batches_keep_order_and_series_batches_share_one_length():
+@pytest.mark.parametrize("same_key", [True, False], ids=["same_key", "masked"])
+def test_batches_keep_order_and_unmasked_batches_share_one_length(same_key):
+    """Series are masked (NaN-padded) and share batches of any lengths, sorted
+    by length; a task whose inputs are not (`same_key_batches`) keeps one."""
     task = get_task("timeseries")
+    assert not task.same_key_batches
+    task.same_key_batches = same_key
     lengths = [5, 3, 5, 5, 3, 4]
     examples = [np.full((n, 1), i, np.float32) for i, n in enumerate(lengths)]
     seen = []
@@ -374,8 +381,9 @@ def test_batches_keep_order_and_series_batches_share_one_length():
 
     lines = answer_in_batches(task, examples, 2, answer)
     assert [line.split("\t")[0] for line in lines] == [str(i) for i in range(len(lengths))]
-    assert all(len(set(b)) == 1 and len(b) <= 2 for b in seen)
-    assert sorted(sum(seen, [])) == sorted(lengths)
+    assert all(len(b) <= 2 for b in seen)
+    assert all(len(set(b)) == 1 for b in seen) == same_key
+    assert sum(seen, []) == sorted(lengths)
     with pytest.raises(ValueError, match="batch_size must be a positive integer; received 0"):
         answer_in_batches(task, examples, 0, answer)
 

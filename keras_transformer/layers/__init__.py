@@ -24,6 +24,12 @@ from keras_transformer.layers.scaled_dot_product_attention import (
     masked_softmax,
     scaled_dot_product_attention,
 )
+from keras_transformer.layers.series_masking import (
+    SeriesStandardization,
+    fill_missing,
+    series_lengths,
+    step_mask,
+)
 from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -43,17 +49,21 @@ __all__ = [
     "NGramConvolution",
     "PositionEmbedding",
     "SeriesPatches",
+    "SeriesStandardization",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_attention",
     "causal_mask",
+    "fill_missing",
     "interpolate_positions",
     "masked_softmax",
     "merge_attention_masks",
     "padding_mask",
     "scaled_dot_product_attention",
+    "series_lengths",
+    "step_mask",
     "threefry2x32",
     "threefry_bits",
     "threefry_dropout",

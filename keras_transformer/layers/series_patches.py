@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.series_masking import step_mask
 from keras_transformer.layers.validation import check_positive_int
 
 
@@ -15,8 +16,8 @@ class SeriesPatches(keras.layers.Layer):
     attention p² times cheaper (PatchTST, Section 3.1). The time axis is
     zero-padded at the end to a multiple of p, then each patch's p·F values
     are laid side by side, time-major: token j holds steps jp .. jp+p-1,
-    each step's F features together. The layer has no weights; it takes no
-    mask (padding is not tracked inside a patch).
+    each step's F features together. The layer has no weights and takes
+    no mask; `token_mask` gives the patches a series of each length has.
 
     With a `stride` s < p the patches overlap (a patch starts every s steps,
     PatchTST's "stride"): a linear projection of them is then a strided
@@ -75,14 +76,43 @@ class SeriesPatches(keras.layers.Layer):
     def _overlapping(self, inputs):
         batch, length, features = ops.shape(inputs)
         p, s = self.patch_length, self.step
-        count = ops.maximum(length - p, 0)
-        count = (count + s - 1) // s + 1  # n: patches that cover every step
+        count = self.num_patches(length)  # n: patches that cover every step
         padding = (count - 1) * s + p - length  # >= 0 steps of zeros at the end
         x = ops.pad(inputs, [[0, 0], [0, padding], [0, 0]])  # (B, (n-1)s+p, F)
         starts = ops.arange(count) * s  # (n,)
         index = ops.expand_dims(starts, 1) + ops.arange(p)  # (n, p)
         x = ops.take(x, index, axis=1)  # (B, n, p, F)
         return ops.reshape(x, (batch, -1, p * features))  # (B, n, p*F)
+
+    def num_patches(self, length):
+        """n = ceil(max(T - p, 0) / s) + 1: the patches of a series of T steps.
+
+        A Python int for an int T (a static shape, as under `jax.jit`, where
+        padding by a traced amount is refused), else a tensor.
+        """
+        if isinstance(length, int):
+            return -(-max(length - self.patch_length, 0) // self.step) + 1
+        count = ops.maximum(length - self.patch_length, 0)
+        return (count + self.step - 1) // self.step + 1
+
+    def token_mask(self, lengths, patches):
+        """Boolean `(B, n)`: the patches each series has alone.
+
+        Patch j is real when j < n(L), L the series' own length
+        (`keras_transformer.layers.series_masking.series_lengths`): those
+        patches cover every step of it, and a patch partly past L holds
+        zeros there, as at the end of a series of L steps.  The others
+        hold padding only (or, with overlap, steps the real patches
+        already cover), and masking them out of attention and pooling
+        gives a padded series the output of the same series alone.
+        A series of no step has none.
+
+        Args:
+            lengths: int `(B,)` steps of each series.
+            patches: this layer's output `(B, n, p*F)` for the padded batch.
+        """
+        count = ops.where(lengths > 0, self.num_patches(lengths), 0)  # (B,)
+        return step_mask(count, patches)
 
     def compute_output_shape(self, input_shape):
         batch, length, features = input_shape

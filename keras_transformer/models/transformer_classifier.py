@@ -6,6 +6,12 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
+from keras_transformer.layers.series_masking import (
+    SeriesStandardization,
+    fill_missing,
+    series_lengths,
+    step_mask,
+)
 from keras_transformer.layers.series_patches import SeriesPatches
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -34,13 +40,9 @@ def series_stem_layers(hidden_dim, max_sequence_length, positions, patch_length,
     """The numeric input stem's layers, in the order they are applied:
     `(series_norm, patches, feature_projection, position_encoding)`, the
     first two None when not asked for."""
-    # GroupNormalization with one group per feature is instance
-    # normalization: statistics over the time axis of each series.
+    # Instance normalization: statistics over the known steps of each series.
     series_norm = (
-        keras.layers.GroupNormalization(
-            groups=-1, center=False, scale=False, epsilon=1e-5, dtype=dtype,
-            name="series_standardization",
-        )
+        SeriesStandardization(epsilon=1e-5, dtype=dtype, name="series_standardization")
         if standardize_series else None
     )
     patches = (
@@ -107,6 +109,12 @@ class TransformerClassifier(PooledClassifier):
       standard deviation 1 over its time steps, per feature (instance
       normalization, as RevIN and PatchTST do), so that the model sees shape
       and not level or scale, whatever units the file is in.
+      Series of unequal lengths share a batch padded at the end with all-NaN
+      steps, and a NaN inside a series is a missing value
+      (`keras_transformer.layers.series_masking`): the tokens of padding are
+      masked out of attention and pooling, so that a padded series gives the
+      output it gives alone, and a missing value takes its feature's mean
+      over the series (0 after standardization).
 
     With `ngram_widths`, an `NGramConvolution` residual sub-layer mixes each
     token with its neighbours before the encoder (convolutions of those
@@ -302,19 +310,29 @@ class TransformerClassifier(PooledClassifier):
         (`pooled_classifier.embed_tokens`)."""
         return embed_tokens(self.embedding, self.char_ngram_embedding, token_ids)
 
+    def series_features(self, features):
+        """NaN-padded series `(B, T, F)` -> `(x, mask)`: the tokens `(B, T', d)`
+        with their positions, and `(B, T')` True at the tokens of each
+        series' own steps (`keras_transformer.layers.series_masking`)."""
+        lengths = series_lengths(features)  # (B,): padding is all-NaN steps at the end
+        if self.series_norm is not None:
+            x = self.series_norm(features)  # (B, T, F): mean 0, std 1 over T, NaN -> 0
+        else:
+            x = fill_missing(features)  # missing -> the feature's mean, padding -> 0
+        if self.patches is not None:
+            x = self.patches(x)  # (B, T', p*F)
+            mask = self.patches.token_mask(lengths, x)
+        else:
+            mask = step_mask(lengths, x)
+        x = self.feature_projection(x)  # (B, T', d): T' tokens
+        return x + self.position_encoding(x), mask
+
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
         if self.vocabulary_size is not None:
             x, mask = self.token_features(inputs)
         else:
-            mask = None
-            x = inputs
-            if self.series_norm is not None:
-                x = self.series_norm(x)  # (B, T, F): mean 0, std 1 over T
-            if self.patches is not None:
-                x = self.patches(x)  # (B, ceil(T/p), p*F)
-            x = self.feature_projection(x)  # (B, T', d): T' tokens
-            x = x + self.position_encoding(x)
+            x, mask = self.series_features(inputs)
         if self.ngram_convolution is not None:
             x = self.ngram_convolution(x, mask=mask)
         x = self.embedding_dropout(x)

@@ -10,7 +10,8 @@ lengths:
 
 Both return `(series, labels, label_values, lengths)`: float32 series
 `(N, T_max, C)`, the shorter ones padded at the end with NaN, missing
-values inside a series as NaN; int32 class ids `(N,)` into `label_values`;
+values inside a series as NaN (the input the series models read,
+`keras_transformer.layers.series_masking`; a series needs one known value); int32 class ids `(N,)` into `label_values`;
 and int32 `lengths` `(N,)`, the steps each series has.  Errors name the
 file and the 1-based line, and the dimension or column where it helps.
 """
@@ -85,6 +86,23 @@ def _sorted_names(names):
         return sorted(names)
 
 
+def pad_series(rows, length=None):
+    """Series of their own lengths -> float32 `(N, T, F)`, NaN-padded at the end.
+
+    The input the series models read (`keras_transformer.layers.series_masking`).
+
+    Args:
+        rows: Arrays `(T_i, F)` (or `(T_i,)`, one feature), one F for all.
+        length: T, at least the longest row; the longest if None.
+    """
+    rows = [np.asarray(r, np.float32).reshape(len(r), -1) for r in rows]
+    length = max(len(r) for r in rows) if length is None else length
+    series = np.full((len(rows), length, rows[0].shape[1]), np.nan, np.float32)
+    for i, row in enumerate(rows):
+        series[i, : len(row)] = row
+    return series
+
+
 def _stack(cases):
     """(N, T_max, C) float32 NaN-padded at the end, and int32 lengths (N,).
 
@@ -98,6 +116,15 @@ def _stack(cases):
         for c, values in enumerate(channels):
             series[i, : len(values), c] = values
     return series, lengths
+
+
+def _check_known(channels, where):
+    """Refuses a series whose every value is missing: it has no step to read."""
+    if not any(not math.isnan(v) for values in channels for v in values):
+        raise ValueError(
+            f"{where} holds a series whose every value is missing ('?' or NaN); a series "
+            "needs at least one known value (leave the series out)."
+        )
 
 
 def _encode_labels(raw, order):
@@ -224,6 +251,7 @@ def _read_ts_case(text, where, num_dimensions, has_labels, declared):
                          for i, c in enumerate(cells, start=1)])
     if not any(channels):
         raise ValueError(f"{where} holds a series without values.")
+    _check_known(channels, where)
     return channels, label
 
 
@@ -279,8 +307,9 @@ def read_ts(path, labels=True):
         ValueError: On an empty file, a header without `@data`, an unknown
             `@` key, a missing `@classLabel`, a line with another number of
             dimensions, a value that is not a number, a label `@classLabel`
-            does not declare, or lengths unlike `@equalLength true` declares;
-            the message names the file and the line.
+            does not declare, lengths unlike `@equalLength true` declares,
+            or a series whose every value is missing; the message names the
+            file and the line.
     """
     lines = read_lines(path)
     header, start = _read_ts_header(path, lines)
@@ -412,8 +441,9 @@ def read_series_csv(path, labels=True):
         FileNotFoundError: If `path` is missing.
         ValueError: On an empty file, a wrong header, a row without id,
             channel or label, a series whose rows disagree on the label, a
-            channel given twice or missing, or a value that is not a number;
-            the message names the file, the line and the column.
+            channel given twice or missing, a value that is not a number, or
+            a series whose every value is missing; the message names the
+            file, the line and the column.
     """
     found = _read_csv_rows(path, read_lines(path), labels)
     channels = _channel_order(dict.fromkeys(c for case in found.values() for c in case["channels"]))
@@ -427,10 +457,10 @@ def read_series_csv(path, labels=True):
                 f"file's channels {channels}."
             )
         cases.append([case["channels"][c][1] for c in channels])
+        where = f"{_where('read_series_csv', path, case['line'])}: series {key!r}"
         if not any(cases[-1]):
-            raise ValueError(
-                f"{_where('read_series_csv', path, case['line'])}: series {key!r} has no values."
-            )
+            raise ValueError(f"{where} has no values.")
+        _check_known(cases[-1], where)
     series, lengths = _stack(cases)
     if not labels:
         return series, None, None, lengths

@@ -91,23 +91,39 @@ def _warn_truncated(count, total, max_sequence_length, what):
 
 
 def _series_dataset(inputs, labels, max_sequence_length):
-    """Numbers (N, T) or (N, T, F) -> dataset of ({"features": (T, F)}, label)."""
+    """Numbers (N, T) or (N, T, F) -> dataset of ({"features": (T, F)}, label).
+
+    NaN is a missing value, or padding after a series' last known step
+    (`keras_transformer.layers.series_masking`); a series is truncated when
+    its own length exceeds `max_sequence_length`.
+    """
     features = np.asarray(inputs, dtype=np.float32)
     features = features[:, :, None] if features.ndim == 2 else features  # (N, T, F)
-    if features.ndim != 3 or not np.isfinite(features).all():
+    if features.ndim != 3:
         raise ValueError(
-            "inputs must be finite numbers of shape (N, T) or (N, T, F); received "
-            f"shape {features.shape} with {np.sum(~np.isfinite(features))} "
-            "non-finite values (fill missing values first)."
+            f"inputs must be numbers of shape (N, T) or (N, T, F); received shape "
+            f"{features.shape}."
         )
-    length = features.shape[1]
+    infinite = np.isinf(features).any(axis=(1, 2))
+    empty = np.isnan(features).all(axis=(1, 2))
+    if infinite.any() or empty.any():
+        i = int(np.flatnonzero(infinite | empty)[0])
+        what = "holds an infinite value" if infinite[i] else "has no known value"
+        raise ValueError(
+            f"inputs: series {i} (0-based) {what}; "
+            f"{int(infinite.sum())} series hold infinite values and {int(empty.sum())} have "
+            "only NaN. NaN marks a missing value or padding; a series needs one known value."
+        )
+    known_steps = ~np.isnan(features).all(axis=2)  # (N, T)
+    lengths = features.shape[1] - np.argmax(known_steps[:, ::-1], axis=1)  # own lengths
+    longest = int(lengths.max())
     _warn_truncated(
-        len(features) if length > max_sequence_length else 0,
+        int((lengths > max_sequence_length).sum()),
         len(features),
         max_sequence_length,
-        f"series of {length} steps",
+        f"series of {longest} steps at most",
     )
-    features = features[:, :max_sequence_length]  # (N, T', F)
+    features = features[:, : min(max_sequence_length, longest)]  # (N, T', F)
     return tf.data.Dataset.from_tensor_slices(({"features": features}, labels))
 
 
@@ -302,7 +318,8 @@ def make_classification_dataset(
     pieces (one `TruncationWarning` with the exact count) and 0-padded to the
     longest row of each batch, or to `pad_to_length`. Without one, `inputs`
     are numeric sequences (N, T) or (N, T, F), e.g. from `read_ucr`, cut to
-    `max_sequence_length` steps.
+    `max_sequence_length` steps; NaN marks missing values and, at a series'
+    end, padding (`keras_transformer.layers.series_masking`).
 
     Args:
         inputs: List of strings, or an array (N, T) / (N, T, F).
@@ -324,7 +341,8 @@ def make_classification_dataset(
         (B,))` or `({"features": float32 (B, T, F)}, int32 (B,))`.
 
     Raises:
-        ValueError: On misaligned inputs, negative labels or non-finite features.
+        ValueError: On misaligned inputs, negative labels, infinite features
+            or a series of NaN only.
     """
     labels = np.asarray(labels, dtype=np.int32)
     _check_common(len(inputs), len(labels), max_sequence_length, ("inputs", "labels"))

@@ -8,6 +8,11 @@ transform that helped on every UCR file tried (`benchmarks/explore_series.py`,
 notes in the recipe).  Jitter (Gaussian noise) and a random resized crop
 (a shift and a small stretch in time) are here for files where they help.
 
+Series may carry NaN, padding past their end and missing values
+(`keras_transformer.layers.series_masking`): mixup and jitter keep them
+where they are; `random_resized_crop` resamples the batch's padded length
+and is meant for series of one length.
+
 Every function takes a batch, `features` `(B, T, F)` float32 and `labels`
 `(B, K)` one-hot (or already soft) float32, and an explicit stateless seed
 `(2,)` int32, so that a run is reproducible: `augment_series` derives batch
@@ -39,7 +44,10 @@ def mixup(features, labels, alpha, seed):
 
     Series i is paired with series B-1-i (a reversal needs no second
     shuffle).  lam is folded to [0.5, 1] so that the first series stays the
-    main one; the labels are mixed with the same lam.
+    main one; the labels are mixed with the same lam.  Series of unequal
+    lengths (NaN-padded) and with missing values keep the main series'
+    length and missing values: at a step where only the partner has NaN,
+    the main series' value stands alone.
 
     Args:
         features: `(B, T, F)` float32.
@@ -59,7 +67,12 @@ def mixup(features, labels, alpha, seed):
     b = tf.random.stateless_gamma((batch,), seeds[1], alpha)
     lam = a / tf.maximum(a + b, 1e-12)
     lam = tf.maximum(lam, 1.0 - lam)  # (B,)
-    mixed = lam[:, None, None] * features + (1 - lam[:, None, None]) * tf.reverse(features, [0])
+    partner = tf.reverse(features, [0])
+    # NaN (a missing value, or padding past a shorter series' end) keeps the
+    # main series' own: its NaN stays, and where only the partner has none
+    # the main series' value is taken alone.
+    partner = tf.where(tf.math.is_nan(partner), features, partner)
+    mixed = lam[:, None, None] * features + (1 - lam[:, None, None]) * partner
     soft = lam[:, None] * labels + (1 - lam[:, None]) * tf.reverse(labels, [0])
     return mixed, soft
 

@@ -25,8 +25,6 @@ import json
 import os
 import sys
 
-import numpy as np
-
 from training.data import series_files
 from training.data.readers import read_lines
 from training.tasks import get_task
@@ -143,12 +141,13 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
     of its own length: a `.ts` file (`training.data.series_files.read_ts`),
     and a `.csv` file whose header begins `series_id,channel,label`
     (`read_series_csv`; another `.csv` is lines).  Their labels are not
-    read, and may be left out.
+    read, and may be left out; missing values stay NaN, which the model
+    fills (`keras_transformer.layers.series_masking`).
 
     Raises:
-        ValueError: If both `arguments` and `input_file` are given, a series
-            file is malformed, or one of its series holds a missing value
-            (the message names the file and the series).
+        ValueError: If both `arguments` and `input_file` are given, or a
+            series file is malformed or holds a series without a known
+            value (the message names the file and the line).
     """
     if arguments and input_file is not None:
         raise ValueError(
@@ -182,17 +181,9 @@ def _is_series_file(path):
 
 
 def _read_series_inputs(path):
-    """The series of a `.ts` / `.csv` file, each cut to its own length."""
+    """The series of a `.ts` / `.csv` file, each cut to its own length (NaN where missing)."""
     if series_files.series_suffix(path) == ".ts":
         x, _, _, lengths = series_files.read_ts(path, labels=False)
     else:
         x, _, _, lengths = series_files.read_series_csv(path, labels=False)
-    inputs = [x[i, : lengths[i]] for i in range(len(x))]
-    for number, series in enumerate(inputs, start=1):
-        if np.isnan(series).any():
-            raise ValueError(
-                f"--input {os.fspath(path)!r}: series {number} holds "
-                f"{int(np.isnan(series).sum())} missing values (NaN or '?'); the model "
-                "reads finite numbers only: fill them (e.g. by interpolating) first."
-            )
-    return inputs
+    return [x[i, : lengths[i]] for i in range(len(x))]

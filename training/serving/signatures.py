@@ -256,7 +256,9 @@ class ClassifierModule(tf.Module):
     the graph and cut to `max_sequence_length` like the training pipeline)
     and `classify_ids(token_ids (B, S) int32)` (`(B, S, 1 + G)` for a model
     with `char_ngram_buckets`, as `CharNGramTokenizer` packs them); numeric classifiers get
-    `classify_features(features (B, T, F) float32)`; a `VisionTransformer`
+    `classify_features(features (B, T, F) float32)`, shorter series NaN-padded
+    at the end and NaN where a value is missing (the model masks and fills
+    them, `keras_transformer.layers.series_masking`); a `VisionTransformer`
     gets `classify_images(images (B, H, W, C) float32)`, H = W = its
     `image_size` and C its `num_channels` (other shapes are refused when
     the signature is called). Each returns

@@ -11,7 +11,9 @@ Both programs have fully static shapes, fixed when converting:
   a numeric classifier, `images` float32 `(batch_size, H, W, C)` for a
   `VisionTransformer`, H = W = its `image_size`). Padding id 0 is masked, so
   shorter inputs are 0-padded to S on the device; an all-padding row is read
-  as one `[UNK]`, as in the SavedModel.
+  as one `[UNK]`, as in the SavedModel.  Series are NaN-padded to S instead
+  (NaN inside a series is a missing value;
+  `keras_transformer.layers.series_masking`), found by `x != x`, a builtin.
 - translator: `encoder_token_ids` int32 `(batch_size, S)` -> `token_ids`
   int32 `(batch_size, L)`: the encoder, then a cached greedy loop with a
   fixed maximum length L = min(S + 50, max_sequence_length). Every tensor in
@@ -133,8 +135,8 @@ def classifier_tflite(model, quantize="none", sequence_length=None, batch_size=1
         model: The trained classifier.
         quantize: One of `QUANTIZATIONS`.
         sequence_length: S, the static input length (the model's
-            `max_sequence_length` if None). Numeric series are not masked,
-            so they must have exactly S steps. None for a
+            `max_sequence_length` if None). Shorter series are NaN-padded
+            to S steps (the model masks them). None for a
             `VisionTransformer`: its image size is fixed.
         batch_size: Static batch size.
 

@@ -22,13 +22,19 @@ _NUMBER_SEPARATORS = re.compile(r"[,\s]+")
 SERIES_READERS = {".ts": series_files.read_ts, ".csv": series_files.read_series_csv}
 
 
+def _number(text):
+    """A float of a line's value; `?` is missing (NaN), as in the series files."""
+    return math.nan if text == "?" else float(text)
+
+
 def read_series_file(path, what):
     """(series (N, T, C), class ids (N,), label values) of one data file.
 
     The suffix picks the reader: `.ts` `series_files.read_ts`, `.csv`
     `series_files.read_series_csv`, any other `readers.read_ucr` (one
-    channel).  The model does not mask padding yet, so the series must
-    share one length and hold no missing values.
+    channel).  Series of unequal lengths come NaN-padded at the end to the
+    longest, and missing values as NaN: the model masks the padding and
+    fills the missing values (`keras_transformer.layers.series_masking`).
 
     Args:
         path: The file.
@@ -36,46 +42,40 @@ def read_series_file(path, what):
 
     Raises:
         FileNotFoundError: If `path` is no file.
-        ValueError: If a reader refuses the file, its series differ in
-            length, or a series holds a missing value (NaN); the message
-            names the file and the series, and what to do.
+        ValueError: If a reader refuses the file, or a series has no known
+            value; the message names the file and the series.
     """
     require_file(path, what)
     reader = SERIES_READERS.get(series_files.series_suffix(path))
     if reader is None:
         x, y, names = readers.read_ucr(path)
-        lengths = np.full(len(x), x.shape[1], np.int32)
     else:
-        x, y, names, lengths = reader(path)
-    check_complete_series(x, lengths, f"{what} {os.fspath(path)!r}")
+        x, y, names, _ = reader(path)
+    check_series_values(x, f"{what} {os.fspath(path)!r}")
     return x, y, names
 
 
-def check_complete_series(x, lengths, where):
-    """Refuses series of unequal lengths or with missing values, naming `where`.
+def check_series_values(x, where):
+    """Refuses a series without any known value, or an infinite value, naming `where`.
 
-    The classifier reads every step of a batch: NaN padding or a missing
-    value would turn its loss into NaN (`training.pipeline.datasets` refuses
-    them too, without naming the file).
+    NaN is a missing value or, after a series' last known step, padding;
+    a series of NaN only has no step to read, and an infinite value is no
+    measurement (`training.pipeline.datasets` refuses both too, without
+    naming the file).
     """
-    short = np.flatnonzero(lengths < x.shape[1])
-    if short.size:
-        i = int(short[0])
+    infinite = np.isinf(x).any(axis=(1, 2))
+    if infinite.any():
+        i = int(np.flatnonzero(infinite)[0])
         raise ValueError(
-            f"The series of {where} differ in length: {int(lengths.min())} to "
-            f"{x.shape[1]} steps (series {i + 1} has {int(lengths[i])}; "
-            f"{short.size} of {len(x)} are shorter than the longest). The series model "
-            "does not mask padding yet: cut, resample or pad the series to one length "
-            "before training."
+            f"{where}: series {i + 1} holds an infinite value ({int(infinite.sum())} of "
+            f"{len(x)} series hold some); write a missing value as NaN or '?'."
         )
-    missing = np.isnan(x).any(axis=(1, 2))
-    if missing.any():
-        i = int(np.flatnonzero(missing)[0])
+    empty = np.isnan(x).all(axis=(1, 2))
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
         raise ValueError(
-            f"{where} has missing values (NaN or '?'): series {i + 1} holds "
-            f"{int(np.isnan(x[i]).sum())}, and {int(missing.sum())} of {len(x)} series hold "
-            "some. The series model does not mask or fill them: fill them (e.g. by "
-            "interpolating each channel) before training."
+            f"{where}: series {i + 1} has no known value (every value is NaN or '?'; "
+            f"{int(empty.sum())} of {len(x)} series are so); leave it out."
         )
 
 
@@ -84,7 +84,8 @@ class SeriesClassification(Task):
 
     Data: `train_files[0]` and `test_files[0]` in the format their suffix
     names (`read_series_file`: `.ts` and `.csv` of several channels, else
-    UCR: label, then the values), of one length and without missing values,
+    UCR: label, then the values), of unequal lengths and with missing
+    values where the files have them (NaN, `read_series_file`),
     or without files a generated two-class task (normal
     vs. anomalous, written to `RUN/data`).  Every training series trains:
     `valid_files[0]` validates when given, otherwise the training series do
@@ -104,8 +105,8 @@ class SeriesClassification(Task):
     options = SeriesOptions
     data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                    "patch_length", "patch_stride", "ensemble_size")
-    #: Series are not masked: only series of one length share a batch.
-    same_key_batches = True
+    #: Series of unequal lengths share a batch, NaN-padded (the model masks them).
+    same_key_batches = False
 
     def recipe_defaults(self):
         # AdamW decay 0.05 (0.01 before): a few dozen series against ~70k
@@ -121,7 +122,8 @@ class SeriesClassification(Task):
             )
 
     def data_defaults(self, config, data):
-        """`training.recipe.series.series_recipe` of the training split's (N, T, K, F).
+        """`training.recipe.series.series_recipe` of the training split's (N, T, K, F),
+        T the longest series (the split is NaN-padded to it).
 
         `steps_per_epoch` is taken only when `epochs` is null too: an epoch
         count the user gives means passes over the data.  A given
@@ -214,35 +216,40 @@ class SeriesClassification(Task):
     def parse_input(self, example):
         """A series `(T, F)` float32: an array (`(T,)` is one feature), or a line
         of numbers separated by commas or spaces, time steps by ";" when F > 1
-        ("1 2 3" is (3, 1); "1,2; 3,4" is (2, 2))."""
+        ("1 2 3" is (3, 1); "1,2; 3,4" is (2, 2)).  A missing value is NaN
+        (`?` or `nan` in a line); the series needs one known value."""
         if isinstance(example, (str, bytes)):
             text = example.decode() if isinstance(example, bytes) else example
             steps = [s.strip() for s in text.split(";")] if ";" in text else None
             try:
                 if steps is None:
-                    values = [[float(v)] for v in _NUMBER_SEPARATORS.split(text.strip()) if v]
+                    values = [[_number(v)] for v in _NUMBER_SEPARATORS.split(text.strip()) if v]
                 else:
-                    values = [[float(v) for v in _NUMBER_SEPARATORS.split(s) if v]
+                    values = [[_number(v) for v in _NUMBER_SEPARATORS.split(s) if v]
                               for s in steps if s]
                 series = np.asarray(values, np.float32)
             except ValueError as error:
                 raise ValueError(
-                    f"A series must be numbers, as many at every step; received {text!r}."
+                    "A series must be numbers ('?' or NaN where missing), as many at "
+                    f"every step; received {text!r}."
                 ) from error
         else:
             series = np.asarray(example, np.float32)
             series = series[:, None] if series.ndim == 1 else series
-        if series.ndim != 2 or series.shape[0] == 0 or not np.isfinite(series).all():
+        if (series.ndim != 2 or series.shape[0] == 0 or np.isinf(series).any()
+                or np.isnan(series).all()):
             raise ValueError(
-                "A series must be finite numbers, (T,) or (T, F) with T >= 1 and one F "
-                f"per step; received {example!r}."
+                "A series must be numbers, (T,) or (T, F) with T >= 1 and one F per "
+                "step, finite or NaN where missing, and at least one known; received "
+                f"{example!r}."
             )
         return series
 
     def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
-        """Probabilities and labels of series cut to `max_sequence_length` steps, as served."""
+        """Probabilities and labels of series NaN-padded to the longest and cut
+        to `max_sequence_length` steps, as served."""
         self.check_beam_size(beam_size)
-        features = np.asarray(list(examples), np.float32)[:, : int(model.max_sequence_length)]
+        features = series_files.pad_series(list(examples))[:, : int(model.max_sequence_length)]
         if features.shape[-1] != model.num_features:
             raise ValueError(
                 f"The model reads {model.num_features} features per step; received "
@@ -254,7 +261,7 @@ class SeriesClassification(Task):
         return classifiers.format_outputs(outputs)
 
     def serving_inputs(self, examples):
-        return {"features": np.asarray(list(examples), np.float32)}
+        return {"features": series_files.pad_series(list(examples))}
 
     def serving_module(self, model):
         return classifiers.serving_module(model, None, self.label_names)
@@ -266,7 +273,15 @@ class SeriesClassification(Task):
         return classifiers.tflite_model(model, quantize, sequence_length, batch_size)
 
     def probe_inputs(self, model, num_examples=6, seed=0):
-        """Standard normal series of min(16, `max_sequence_length`) steps."""
+        """Standard normal series of min(16, `max_sequence_length`) steps, the
+        second NaN-padded after half of them, the third with one missing
+        value and the fourth with a missing step (at least 4 series)."""
         length = min(16, int(model.max_sequence_length))
         rng = np.random.default_rng(seed)
-        return rng.standard_normal((num_examples, length, model.num_features)).astype(np.float32)
+        shape = (max(num_examples, 4), length, model.num_features)
+        series = rng.standard_normal(shape).astype(np.float32)
+        series[1, max(length // 2, 1):] = np.nan  # a shorter series, padded
+        series[2, length // 3, 0] = np.nan  # a missing value
+        if length > 2:
+            series[3, length // 2] = np.nan  # a missing step
+        return series
