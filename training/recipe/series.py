@@ -41,6 +41,12 @@ Data rules (`series_recipe`):
   ArrowHead run takes 213-234 s against ~95 s for one model.  Larger files,
   where one model varies less from seed to seed, keep one.
 
+With the MiniRocket stem (`series_stem="random_kernels"`,
+`series_stem_recipe`) the tokens are fixed features of windows, and the
+encoder and head learn from them in far fewer updates: U = max(
+`STEM_MIN_UPDATES`, `STEM_PASSES` passes), no patches, and the same batch
+and ensemble rules (the evidence: docs/experiment-log.md, 2026-11-28).
+
 Fields the config sets win; only the ones left at None (null) take these.
 """
 
@@ -53,6 +59,8 @@ MIN_BATCH, MAX_BATCH = 8, 32
 VALIDATIONS = 20  # "epochs" of the run: validations and epoch checkpoints
 ENSEMBLE_SIZE = 5
 ENSEMBLE_MAX_SERIES = 64
+STEM_MIN_UPDATES = 300
+STEM_PASSES = 30
 
 
 def _positive_int(name, value):
@@ -122,3 +130,17 @@ def series_recipe(num_train, series_length, num_classes, num_features=1):
         "patch_stride": patch_stride,
         "ensemble_size": series_ensemble_size(num_train),
     }
+
+
+def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
+    """`series_recipe` for the MiniRocket stem: no patches, U = max(300, 30 passes).
+
+    Args and returns as `series_recipe`; `patch_length` is 1 and
+    `patch_stride` None (the stem makes one token a window).
+    """
+    recipe = series_recipe(num_train, series_length, num_classes, num_features)
+    updates = max(STEM_MIN_UPDATES,
+                  STEM_PASSES * math.ceil(num_train / recipe["batch_size"]))
+    recipe.update(steps_per_epoch=math.ceil(updates / VALIDATIONS), patch_length=1,
+                  patch_stride=None)
+    return recipe
