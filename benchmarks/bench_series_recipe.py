@@ -145,7 +145,8 @@ def thread_env(threads):
 def print_row(row):
     inception = row["inception_time"]
     print(f"{row['set']:18s} seed {row['seed']}  ours {row['test_accuracy']:.3f} "
-          f"({row['train_eval_seconds']:.0f} s train+test, {row['seconds']:.0f} s wall)  "
+          f"({row['train_eval_seconds']:.0f} s train+test, {row['seconds']:.0f} s wall, "
+          f"{row['cpu_seconds']:.0f} s CPU)  "
           f"MiniRocket {row['minirocket']:.3f} ({row['minirocket_seconds']:.1f} s)  "
           f"1-NN {row['nearest_neighbour']:.3f}  InceptionTime "
           f"{'n/a' if inception is None else f'{inception:.3f}'}", flush=True)
