@@ -72,6 +72,25 @@ def test_mean_of_equal_windows_is_the_global_ppv():
     np.testing.assert_allclose(per_window.mean(axis=1), global_ppv, atol=1e-6)
 
 
+def test_max_positions_compares_every_sth_output():
+    x = _series(n=4, t=64)
+    every = RandomKernelStem(64, num_windows=2, num_kernel_features=200, seed=4)
+    strided = RandomKernelStem(64, num_windows=2, num_kernel_features=200, seed=4,
+                               max_positions=16)
+    assert (every.position_stride, strided.position_stride) == (1, 4)
+    every.adapt(x)
+    strided.adapt(x)
+    # The same biases; the PPV of every 4th output of x is that of all outputs
+    # of x with the other steps' outputs dropped: count them by hand.
+    biases = keras.ops.convert_to_numpy(every.biases)
+    np.testing.assert_array_equal(biases, keras.ops.convert_to_numpy(strided.biases))
+    h = keras.ops.convert_to_numpy(every._convolutions(x)[0])[:, ::4]  # (4, 16, 84)
+    expected = (h[..., None] > biases[0]).reshape(4, 2, 8, -1).mean(axis=2)
+    got = keras.ops.convert_to_numpy(strided.window_ppv(x))[..., : expected.shape[-1]]
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert strided(x).shape == every(x).shape
+
+
 def test_biases_from_data_are_deterministic_for_a_seed():
     x = _series()
 

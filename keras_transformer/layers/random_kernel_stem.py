@@ -69,6 +69,10 @@ class RandomKernelStem(keras.layers.Layer):
             num_kernel_features // (84 D)).
         max_dilations: D at most (MiniRocket: 32); every dilation costs a
             convolution of the series, every bias only a comparison.
+        max_positions: None, or the outputs per channel to compare with
+            the biases: with T > max_positions, every s-th output, s =
+            ceil(T / max_positions) (the comparisons are the stem's cost;
+            a dilated kernel's neighbouring outputs are alike).
         seed: seed of the channel subsets and of the series the biases
             come from.
 
@@ -91,13 +95,17 @@ class RandomKernelStem(keras.layers.Layer):
     """
 
     def __init__(self, series_length, num_windows=8, num_kernel_features=2016, max_dilations=8,
-                 seed=0, **kwargs):
+                 max_positions=None, seed=0, **kwargs):
         super().__init__(**kwargs)
         self.series_length = check_positive_int("series_length", series_length)
         self.num_windows = check_positive_int("num_windows", num_windows)
         self.num_kernel_features = check_positive_int("num_kernel_features",
                                                       num_kernel_features)
         self.max_dilations = check_positive_int("max_dilations", max_dilations)
+        self.max_positions = check_positive_int("max_positions", max_positions, allow_none=True)
+        # The PPVs of a series longer than max_positions count every s-th output.
+        self.position_stride = (1 if max_positions is None
+                                else max(1, math.ceil(series_length / max_positions)))
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"`seed` must be an integer; received seed={seed!r}.")
         self.seed = seed
@@ -148,7 +156,7 @@ class RandomKernelStem(keras.layers.Layer):
 
     def window_ppv(self, inputs):
         """`(B, W, num_outputs)`: each window's proportion of positive values."""
-        steps = ops.shape(inputs)[1]
+        steps = (ops.shape(inputs)[1] + self.position_stride - 1) // self.position_stride
         window = (steps + self.num_windows - 1) // self.num_windows
         padded = window * self.num_windows
         starts = ops.arange(self.num_windows) * window
@@ -157,6 +165,8 @@ class RandomKernelStem(keras.layers.Layer):
         biases = ops.cast(self.biases, self.compute_dtype)
         features = []
         for i, h in enumerate(self._convolutions(inputs)):
+            if self.position_stride > 1:
+                h = h[:, :: self.position_stride]  # every s-th output: (B, ceil(T / s), 84)
             positive = ops.cast(h[..., None] > biases[i], self.compute_dtype)  # (B, T, 84, nb)
             positive = ops.reshape(positive, (ops.shape(h)[0], steps, -1))
             positive = ops.pad(positive, ((0, 0), (0, padded - steps), (0, 0)))
@@ -212,6 +222,7 @@ class RandomKernelStem(keras.layers.Layer):
             "num_windows": self.num_windows,
             "num_kernel_features": self.num_kernel_features,
             "max_dilations": self.max_dilations,
+            "max_positions": self.max_positions,
             "seed": self.seed,
         })
         return config

@@ -66,6 +66,9 @@ ENSEMBLE_MAX_SERIES = 64
 STEM_MIN_UPDATES = 300
 STEM_PASSES = 30
 STEM_VALIDATIONS = 4
+#: The stem compares at most this many outputs per channel with its biases (every
+#: s-th of a longer series): the comparisons are most of a long series' cost.
+STEM_MAX_POSITIONS = 512
 
 
 def _positive_int(name, value):

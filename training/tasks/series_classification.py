@@ -198,7 +198,8 @@ class SeriesClassification(Task):
         if config.series_stem == "random_kernels":
             stem = {"series_length": int(data.train[0].shape[1]),
                     "num_windows": config.stem_windows,
-                    "num_kernel_features": config.stem_kernel_features, "seed": config.seed}
+                    "num_kernel_features": config.stem_kernel_features,
+                    "max_positions": series.STEM_MAX_POSITIONS, "seed": config.seed}
         model = classifiers.build_classifier(
             config, data, num_features=data.train[0].shape[-1],
             patch_length=config.patch_length, patch_stride=config.patch_stride,
