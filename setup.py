@@ -52,8 +52,10 @@ setup(
         ],
         "bench": [
             "keras-hub>=0.32,<0.33",
-            # benchmarks/write_uea_ts.py: the UEA sets sktime ships, as .ts files.
+            # benchmarks/write_uea_ts.py: the UEA sets sktime ships, as .ts files;
+            # benchmarks/bench_series_recipe.py: MiniRocket (which needs numba).
             "sktime>=0.30",
+            "numba>=0.59",
         ],
     },
     entry_points={

@@ -1,91 +1,220 @@
-"""The default series recipe on UCR file pairs, given only the paths, vs 1-NN and InceptionTime.
+"""The default series recipe on file pairs, given only the paths, vs MiniRocket and 1-NN.
 
-Each set runs exactly what a user types, one at a time:
+Each (set, seed) runs exactly what a user types:
 
-    python3 -m training train --config timeseries --run-dir RUN \\
+    python3 -m training train --config series_classification --run-dir RUN \\
         --set 'train_files=["X_TRAIN.txt"]' --set 'test_files=["X_TEST.txt"]'
 
-and its test accuracy (metrics.json) is printed beside the 1-nearest-
-neighbour Euclidean baseline (`baselines.nearest_neighbour_accuracy`,
-computed here from the same files) and InceptionTime's published accuracy
-where `baselines.INCEPTION_TIME_UCR128` has it.  One JSON line per set is
-appended to `--out` (benchmarks/results/series_recipe.jsonl).
+and, on the same files in the same process, MiniRocket as sktime's
+documentation runs it (sktime `MiniRocket`, or `MiniRocketMultivariate`
+for several channels, then `StandardScaler(with_mean=False)` and
+`RidgeClassifierCV(alphas=np.logspace(-3, 3, 10))`, seeded by the seed).
+Both test accuracies and both times are printed per set and seed, with the
+1-nearest-neighbour Euclidean baseline (`baselines.nearest_neighbour_accuracy`)
+and InceptionTime's published accuracy where `baselines.INCEPTION_TIME_UCR128`
+has it, then the mean over seeds per set and the mean over sets.  Our time
+is the run's training + test evaluation (metrics.json `train_seconds` +
+`eval_seconds`: TensorFlow's start and reading the files excluded) and the
+whole command's wall clock; MiniRocket's is fit + predict.
 
-Usage (from the repository root):
+A set is `NAME_TRAIN.txt` / `NAME_TEST.txt` (UCR) or `NAME_TRAIN.ts` /
+`NAME_TEST.ts` in one of `--dirs` or in its `NAME/` folder (as
+`write_uea_ts.py` writes GunPoint, ItalyPowerDemand or BasicMotions).
+With `--jobs N` the (set, seed) pairs run in N processes at once, each
+with `--threads` TensorFlow and MiniRocket threads.  One JSON line per
+(set, seed) is appended to `--out`, and the whole table is written to
+`--json`.
 
-    python3 benchmarks/bench_series_recipe.py                  # the shared sets
-    python3 benchmarks/bench_series_recipe.py --dirs ../ucr-extra --names GunPoint
+Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
+
+    python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr
+    python3 benchmarks/write_uea_ts.py --name GunPoint --out /tmp/uea
+    python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr /tmp/uea \\
+        --sets ArrowHead OSULeaf ACSF1 GunPoint ItalyPowerDemand \\
+        --seeds 0 1 2 --jobs 8 --threads 2 --json /tmp/series.json
 """
 
 import argparse
+import concurrent.futures
 import glob
 import json
 import os
+import statistics
+import time
 
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
+import numpy as np
 from baselines import INCEPTION_TIME_UCR128, nearest_neighbour_accuracy
 
-from training.data.readers import read_ucr
+from training.data import readers, series_files
 
 SHARED = os.path.join(common.REPO_ROOT, "..", "shared", "data", "ucr")
 DEFAULT_OUT = os.path.join(common.RESULTS_DIR, "series_recipe.jsonl")
+SUFFIXES = (".txt", ".ts")
 
 
-def pairs(directories, names):
-    """[(name, train path, test path)] of every X_TRAIN.txt with its X_TEST.txt."""
-    found = []
+def find_set(directories, name):
+    """(train path, test path) of set `name`: NAME_TRAIN.txt/.ts in a
+    directory or its NAME/ folder, with the NAME_TEST file beside it."""
     for directory in directories:
-        for train in sorted(glob.glob(os.path.join(directory, "*_TRAIN.txt"))):
-            name = os.path.basename(train)[: -len("_TRAIN.txt")]
-            test = os.path.join(directory, f"{name}_TEST.txt")
-            if os.path.isfile(test) and (not names or name in names):
-                found.append((name, train, test))
-    if not found:
-        raise ValueError(f"No X_TRAIN.txt/X_TEST.txt pairs in dirs={directories!r}, names={names!r}.")
-    return found
+        for folder in (directory, os.path.join(directory, name)):
+            for suffix in SUFFIXES:
+                train = os.path.join(folder, f"{name}_TRAIN{suffix}")
+                test = os.path.join(folder, f"{name}_TEST{suffix}")
+                if os.path.isfile(train) and os.path.isfile(test):
+                    return train, test
+    raise ValueError(f"No {name}_TRAIN/{name}_TEST pair (.txt or .ts) in dirs={directories!r} "
+                     f"or their {name}/ folders.")
 
 
-def nearest_neighbour(train, test):
-    x, y, names = read_ucr(train)
-    tx, ty, test_names = read_ucr(test)
-    return nearest_neighbour_accuracy(x, names[y], tx, test_names[ty])
+def all_sets(directories):
+    """The names of every X_TRAIN.txt / X_TRAIN.ts in `directories` (and one level down)."""
+    names = set()
+    for directory in directories:
+        for suffix in SUFFIXES:
+            for pattern in (f"*_TRAIN{suffix}", f"*/*_TRAIN{suffix}"):
+                for path in glob.glob(os.path.join(directory, pattern)):
+                    names.add(os.path.basename(path)[: -len(f"_TRAIN{suffix}")])
+    if not names:
+        raise ValueError(f"No X_TRAIN.txt or X_TRAIN.ts files in dirs={directories!r}.")
+    return sorted(names)
 
 
-def run(name, train, test, config, seed):
-    """{set, test_accuracy, seconds, ...} of one `python3 -m training train` run."""
-    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed)
-    x, _, names = read_ucr(train)
+def read_split(path):
+    """(series (N, T, F), label values (N,)) of a UCR or `.ts` file."""
+    if series_files.series_suffix(path) == ".ts":
+        x, y, names, _ = series_files.read_ts(path)
+    else:
+        x, y, names = readers.read_ucr(path)
+    return x, np.asarray(names)[y]
+
+
+def minirocket(train, test, seed, threads):
+    """(test accuracy, seconds of fit + predict) of MiniRocket + ridge, as sktime's docs
+    (numba's first compilation included: MiniRocket's first call in a process)."""
+    from sklearn.linear_model import RidgeClassifierCV
+    from sklearn.preprocessing import StandardScaler
+    from sktime.transformations.panel.rocket import MiniRocket, MiniRocketMultivariate
+
+    (x, y), (tx, ty) = read_split(train), read_split(test)
+    x, tx = np.transpose(x, (0, 2, 1)), np.transpose(tx, (0, 2, 1))  # sktime: (N, C, T)
+    transform = MiniRocket if x.shape[1] == 1 else MiniRocketMultivariate
+    start = time.perf_counter()
+    # The steps of sktime's pipeline, one by one (scikit-learn's Pipeline of
+    # recent versions does not take sktime's transformers).
+    features = transform(random_state=seed, n_jobs=threads or 1)
+    scaler = StandardScaler(with_mean=False)
+    ridge = RidgeClassifierCV(alphas=np.logspace(-3, 3, 10))
+    ridge.fit(scaler.fit_transform(features.fit_transform(x.astype(np.float64))), y)
+    predicted = ridge.predict(scaler.transform(features.transform(tx.astype(np.float64))))
+    return float(np.mean(predicted == ty)), time.perf_counter() - start
+
+
+def run(name, train, test, config, seed, threads):
+    """{set, test_accuracy, seconds, minirocket, ...} of one (set, seed)."""
+    env = thread_env(threads)
+    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed, env=env)
+    x, y = read_split(train)
+    tx, ty = read_split(test)
+    rocket_accuracy, rocket_seconds = minirocket(train, test, seed, threads)
     return {
-        "set": name, "seed": seed, "config": config,
-        "shape": {"N": int(x.shape[0]), "T": int(x.shape[1]), "K": len(names),
+        "set": name, "seed": seed, "config": config, "threads": threads,
+        "shape": {"N": int(x.shape[0]), "T": int(x.shape[1]), "K": len(set(y)),
                   "F": int(x.shape[2])},
         "test_accuracy": metrics["test_accuracy"],
-        "nearest_neighbour": nearest_neighbour(train, test),
-        "inception_time": INCEPTION_TIME_UCR128.get(name),
+        "train_eval_seconds": round(metrics["train_seconds"] + metrics["eval_seconds"], 1),
         "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+        "minirocket": rocket_accuracy, "minirocket_seconds": round(rocket_seconds, 2),
+        "nearest_neighbour": nearest_neighbour_accuracy(x, y, tx, ty),
+        "inception_time": INCEPTION_TIME_UCR128.get(name),
         "steps": metrics["steps"], "from_data": metrics["from_data"],
         "load_average": os.getloadavg(),
     }
 
 
+def thread_env(threads):
+    """The environment of a training run limited to `threads` threads (None: all)."""
+    env = dict(os.environ)
+    if threads:
+        for key in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
+            env[key] = str(threads)
+        env["TF_NUM_INTEROP_THREADS"] = "1" if threads == 1 else "2"
+    return env
+
+
+def print_row(row):
+    inception = row["inception_time"]
+    print(f"{row['set']:18s} seed {row['seed']}  ours {row['test_accuracy']:.3f} "
+          f"({row['train_eval_seconds']:.0f} s train+test, {row['seconds']:.0f} s wall, "
+          f"{row['cpu_seconds']:.0f} s CPU)  "
+          f"MiniRocket {row['minirocket']:.3f} ({row['minirocket_seconds']:.1f} s)  "
+          f"1-NN {row['nearest_neighbour']:.3f}  InceptionTime "
+          f"{'n/a' if inception is None else f'{inception:.3f}'}", flush=True)
+
+
+def summary(rows):
+    """{set: means over seeds} and their mean over sets."""
+    per_set = {}
+    for name in dict.fromkeys(r["set"] for r in rows):
+        mine = [r for r in rows if r["set"] == name]
+        per_set[name] = {
+            key: statistics.mean(r[key] for r in mine)
+            for key in ("test_accuracy", "minirocket", "train_eval_seconds",
+                        "minirocket_seconds", "nearest_neighbour")
+        }
+        per_set[name]["seeds"] = [r["seed"] for r in mine]
+    mean = {key: statistics.mean(s[key] for s in per_set.values())
+            for key in ("test_accuracy", "minirocket", "train_eval_seconds",
+                        "minirocket_seconds")}
+    return per_set, mean
+
+
+def print_summary(per_set, mean):
+    print("\nmean over seeds:")
+    for name, s in per_set.items():
+        print(f"{name:18s} ours {s['test_accuracy']:.3f} ({s['train_eval_seconds']:.0f} s)  "
+              f"MiniRocket {s['minirocket']:.3f} ({s['minirocket_seconds']:.1f} s)  "
+              f"difference {100 * (s['test_accuracy'] - s['minirocket']):+.1f} points")
+    print(f"{'mean over sets':18s} ours {mean['test_accuracy']:.3f} "
+          f"({mean['train_eval_seconds']:.0f} s)  MiniRocket {mean['minirocket']:.3f} "
+          f"({mean['minirocket_seconds']:.1f} s)", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dirs", nargs="+", default=[SHARED])
-    parser.add_argument("--names", nargs="*", default=None)
-    parser.add_argument("--config", default="timeseries")
+    parser.add_argument("--sets", nargs="*", default=None,
+                        help="set names (default: every pair in --dirs)")
+    parser.add_argument("--config", default="series_classification")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--jobs", type=int, default=1, help="(set, seed) runs at once")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads of each run (default: all with --jobs 1, else "
+                             "cores // jobs)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON lines, appended")
+    parser.add_argument("--json", default=None, help="the whole table and summary, written")
     args = parser.parse_args()
-    for name, train, test in pairs(args.dirs, args.names):
-        for seed in args.seeds:
-            row = run(name, train, test, args.config, seed)
-            inception = row["inception_time"]
-            print(f"{name:18s} seed {seed}  test {row['test_accuracy']:.3f}  "
-                  f"1-NN {row['nearest_neighbour']:.3f}  InceptionTime "
-                  f"{'n/a' if inception is None else f'{inception:.3f}'}  "
-                  f"{row['seconds']:.0f} s ({row['cpu_seconds']:.0f} s CPU)", flush=True)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1; received --jobs {args.jobs}.")
+    threads = args.threads
+    if threads is None and args.jobs > 1:
+        threads = max(1, len(os.sched_getaffinity(0)) // args.jobs)
+    names = args.sets or all_sets(args.dirs)
+    work = [(name, *find_set(args.dirs, name), args.config, seed, threads)
+            for name in names for seed in args.seeds]
+    rows = []
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for row in pool.map(run, *zip(*work, strict=True)):
+            print_row(row)
+            rows.append(row)
             with open(args.out, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
+    per_set, mean = summary(rows)
+    print_summary(per_set, mean)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rows": rows, "per_set": per_set, "mean": mean,
+                       "machine_cores": os.cpu_count()}, f, indent=2)
 
 
 if __name__ == "__main__":

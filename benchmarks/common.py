@@ -204,14 +204,14 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def train_on_files(config, train, test, seed, overrides=()):
+def train_on_files(config, train, test, seed, overrides=(), env=None):
     """(metrics.json, wall seconds, CPU seconds) of the command a user types:
 
         python3 -m training train --config CONFIG --run-dir RUN \\
             --set 'train_files=["TRAIN"]' --set 'test_files=["TEST"]' --set seed=N
 
-    plus `--set ITEM` for each of `overrides`, in a temporary run folder.
-    CPU seconds too: a shared machine's load (or a pause) stretches the wall clock.
+    plus `--set ITEM` for each of `overrides`, in a temporary run folder,
+    with the environment `env` (None: this process's).  CPU seconds too: a shared machine's load (or a pause) stretches the wall clock.
     """
     import resource
     import subprocess
@@ -224,7 +224,7 @@ def train_on_files(config, train, test, seed, overrides=()):
         for item in overrides:
             command += ["--set", item]
         start, cpu = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(command, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        subprocess.run(command, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, env=env)
         seconds = time.time() - start
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime

@@ -1,12 +1,14 @@
-"""Writes a multivariate UEA set that sktime ships as `.ts` files, to train from.
+"""Writes UCR/UEA sets that sktime ships as `.ts` files, to train from.
 
 sktime carries a few archive sets in its package data (BasicMotions: 6
 channels, accelerometer and gyroscope, 4 classes, 40 training and 40 test
-series of 100 steps).  This script loads one split at a time with sktime's
+series of 100 steps; GunPoint and ItalyPowerDemand: one channel, the
+held-out sets of `bench_series_recipe.py`).  This script loads one split at a time with sktime's
 reader and writes it back with sktime's writer, so the files are `.ts` as
 sktime writes them (not only as the archive ships them):
 
     python3 benchmarks/write_uea_ts.py --out ../shared/data/uea
+    python3 benchmarks/write_uea_ts.py --name GunPoint ItalyPowerDemand --out /tmp/uea
     python3 -m training train --config timeseries --run-dir runs/basic_motions \\
         --set dataset=files \\
         --set 'train_files=["../shared/data/uea/BasicMotions/BasicMotions_TRAIN.ts"]' \\
@@ -60,12 +62,13 @@ def write_split(name, split, out_dir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--name", default="BasicMotions",
-                        help="an equal-length set sktime ships (default BasicMotions)")
+    parser.add_argument("--name", nargs="+", default=["BasicMotions"],
+                        help="equal-length sets sktime ships (default BasicMotions)")
     parser.add_argument("--out", required=True, help="folder to write NAME/NAME_SPLIT.ts in")
     args = parser.parse_args()
-    for split in ("TRAIN", "TEST"):
-        write_split(args.name, split, args.out)
+    for name in args.name:
+        for split in ("TRAIN", "TEST"):
+            write_split(name, split, args.out)
 
 
 if __name__ == "__main__":

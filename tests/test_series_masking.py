@@ -115,8 +115,13 @@ CLASSIFIER = dict(
         dict(patch_length=4, standardize_series=True, pooling="max"),
         dict(patch_length=1, positions="learned"),
         dict(patch_length=3, patch_stride=2, normalize_first=True, ngram_widths=(3,)),
+        dict(standardize_series=True, random_kernel_stem=dict(
+            series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)),
+        dict(random_kernel_stem=dict(series_length=24, num_windows=3, num_kernel_features=168,
+                                     max_dilations=1, max_positions=8)),
     ],
-    ids=["overlap_standardized", "patches_max", "steps_learned", "prenorm_ngrams"],
+    ids=["overlap_standardized", "patches_max", "steps_learned", "prenorm_ngrams",
+         "kernel_stem", "kernel_stem_strided"],
 )
 def test_a_padded_series_gives_its_own_output(options):
     """Each series alone at its own length == the same series NaN-padded in a
@@ -126,6 +131,9 @@ def test_a_padded_series_gives_its_own_output(options):
     rows[0][3, 1] = NAN  # a missing value
     rows[2][5] = NAN  # a missing step
     batch = _pad(rows, length=24)
+    if "random_kernel_stem" in options:  # biases from the padded series' own steps
+        model.adapt_stem(batch)
+        assert np.any(ops.convert_to_numpy(model.kernel_stem.biases) != 0)
     padded = ops.convert_to_numpy(model(batch, training=False))
     assert np.isfinite(padded).all()
     for i, row in enumerate(rows):
@@ -186,19 +194,29 @@ def test_mixup_keeps_the_main_series_length_and_missing_values():
     np.testing.assert_allclose(mixed, want, atol=1e-5)
 
 
-def _exported_classifier():
+#: The two series stems: patches, and MiniRocket's kernels (the preset's).
+STEMS = {
+    "patches": dict(patch_length=4, patch_stride=2),
+    "kernel_stem": dict(random_kernel_stem=dict(
+        series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)),
+}
+
+
+def _exported_classifier(stem="patches"):
     """A 3-channel classifier, its task, and series of unequal lengths with
     missing values (`rows`, each its own length)."""
     from training.tasks import get_task
 
     model = TransformerClassifier(
         num_classes=3, num_features=3, num_layers=1, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, dropout=0.0, max_sequence_length=16, patch_length=4,
-        patch_stride=2, standardize_series=True,
+        intermediate_dim=16, dropout=0.0, max_sequence_length=16, standardize_series=True,
+        **STEMS[stem],
     )
     rows = [_series(n, 3, seed) * (seed + 1) for seed, n in enumerate((16, 9, 12, 3))]
     rows[1][4, 2] = NAN  # a missing value
     rows[2][6] = NAN  # a missing step
+    if stem == "kernel_stem":
+        model.adapt_stem(_pad(rows))
     return model, get_task("timeseries", label_names=["a", "b", "c"]), rows
 
 
@@ -209,7 +227,8 @@ def _alone(model, rows):
     ])
 
 
-def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(tmp_path):
+@pytest.mark.parametrize("stem", sorted(STEMS))
+def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(stem, tmp_path):
     import tensorflow as tf
 
     from export.saved_model import export_saved_model
@@ -217,7 +236,7 @@ def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(tmp_p
     from export.tflite_verify import verify_tflite
     from export.verify import compare_outputs, reference_outputs
 
-    model, task, rows = _exported_classifier()
+    model, task, rows = _exported_classifier(stem)
     alone = _alone(model, rows)
     expected = reference_outputs(model, task, rows)  # NaN-padded to the longest
     np.testing.assert_allclose(expected["probabilities"], alone, atol=1e-5)

@@ -71,17 +71,19 @@ def test_recipe_defaults_name_config_fields(name):
 
 def test_task_only_fields_are_refused_where_unused():
     series = dict(patch_length=4, patch_stride=1, standardize_series=True)
+    stem = dict(series_stem="random_kernels", stem_windows=4, stem_kernel_features=336)
     text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, cross_fit=True,
                 char_ngram_buckets=64)
     both = dict(ensemble_size=3, mixup_alpha=0.4, num_classes=3)  # the two classifier tasks
     translation = dict(source_language="fr", target_language="de", tokens_per_batch=512,
                        eval_sentences=10, beam_size=2, length_penalty=1.0, num_examples=1)
-    assert set(TASK_FIELDS) == {*series, *text, *both, *translation}
+    assert set(TASK_FIELDS) == {*series, *stem, *text, *both, *translation}
     TrainingConfig(task="timeseries", dataset="ucr", **both, **series).validate()
+    TrainingConfig(task="timeseries", dataset="ucr", **both, **stem).validate()
     TrainingConfig(task="classification", dataset="sst2", **both, **text).validate()
     TrainingConfig(task="translation", dataset="toy", **translation).validate()
-    refused = [("translation", "toy", {**series, **text, **both}),
-               ("classification", "sst2", {**series, **translation}),
+    refused = [("translation", "toy", {**series, **stem, **text, **both}),
+               ("classification", "sst2", {**series, **stem, **translation}),
                ("timeseries", "ucr", {**text, **translation})]
     for name, dataset, fields in refused:
         for field, value in fields.items():

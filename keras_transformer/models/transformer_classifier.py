@@ -6,6 +6,7 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
+from keras_transformer.layers.random_kernel_stem import RandomKernelStem
 from keras_transformer.layers.series_masking import (
     SeriesStandardization,
     fill_missing,
@@ -162,6 +163,10 @@ class TransformerClassifier(PooledClassifier):
         char_ngram_buckets: hash buckets of the tokens' character n-grams
             (token input only; above); 0: none.
         char_ngrams_per_word: G, the n-gram ids each token carries.
+        random_kernel_stem: numeric input only: a dict of `RandomKernelStem`
+            arguments (`series_length`, `num_windows`, ...), whose windows'
+            MiniRocket features are the tokens, in place of patches (set
+            its biases with `adapt_stem` before training); None: none.
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -197,6 +202,7 @@ class TransformerClassifier(PooledClassifier):
         mixup_alpha=0.0,
         char_ngram_buckets=0,
         char_ngrams_per_word=32,
+        random_kernel_stem=None,
         dtype=None,
         **kwargs,
     ):
@@ -233,6 +239,12 @@ class TransformerClassifier(PooledClassifier):
         check_bool("standardize_series", standardize_series)
         _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
                           patch_stride, standardize_series)
+        if random_kernel_stem is not None and (vocabulary_size is not None or patch_length > 1):
+            raise ValueError(
+                "`random_kernel_stem` applies to numeric input without patches; received "
+                f"random_kernel_stem={random_kernel_stem!r} with vocabulary_size="
+                f"{vocabulary_size!r}, patch_length={patch_length!r}."
+            )
 
         # === Layers ===
         if vocabulary_size is not None:
@@ -246,6 +258,10 @@ class TransformerClassifier(PooledClassifier):
                 hidden_dim, max_sequence_length, positions, patch_length, patch_stride,
                 standardize_series, dtype=dtype,
             )
+        self.kernel_stem = (
+            RandomKernelStem(**random_kernel_stem, dtype=dtype, name="random_kernel_stem")
+            if random_kernel_stem is not None else None
+        )
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
                              dtype=dtype, name="ngram_convolution")
@@ -304,6 +320,19 @@ class TransformerClassifier(PooledClassifier):
         self.standardize_series = standardize_series
         self.ngram_widths = ngram_widths
         self.pooling_mode = pooling
+        self.random_kernel_stem = (dict(random_kernel_stem) if random_kernel_stem is not None
+                                   else None)
+
+    def adapt_stem(self, series):
+        """Sets the `RandomKernelStem`'s biases from training series `(N, T, F)`,
+        standardised first as the model's input is."""
+        if self.kernel_stem is None:
+            raise ValueError("`adapt_stem` needs a model built with `random_kernel_stem`.")
+        series = keras.ops.convert_to_tensor(series, "float32")
+        lengths = series_lengths(series)
+        series = self.series_norm(series) if self.series_norm is not None else fill_missing(series)
+        self.kernel_stem.adapt(keras.ops.convert_to_numpy(series),
+                               lengths=keras.ops.convert_to_numpy(lengths))
 
     def token_features(self, token_ids):
         """Token input -> `(x, mask)`, the model's first layers
@@ -322,6 +351,9 @@ class TransformerClassifier(PooledClassifier):
         if self.patches is not None:
             x = self.patches(x)  # (B, T', p*F)
             mask = self.patches.token_mask(lengths, x)
+        elif self.kernel_stem is not None:
+            mask = self.kernel_stem.token_mask(x, lengths)  # (B, W)
+            x = self.kernel_stem(x, lengths=lengths)  # (B, W, MiniRocket features): a token a window
         else:
             mask = step_mask(lengths, x)
         x = self.feature_projection(x)  # (B, T', d): T' tokens
@@ -369,4 +401,5 @@ class TransformerClassifier(PooledClassifier):
             "mixup_alpha": self.mixup_alpha,
             "char_ngram_buckets": self.char_ngram_buckets,
             "char_ngrams_per_word": self.char_ngrams_per_word,
+            "random_kernel_stem": self.random_kernel_stem,
         }

@@ -47,25 +47,39 @@ def build_classifier(config, data, **inputs):
         check_num_classes(config.num_classes, data.label_names)
     num_classes = config.num_classes or len(data.label_names)
 
-    def member(**name):
-        if m.num_layers == 0 and inputs.get("vocabulary_size") is not None:
-            return TextCNNClassifier(
-                num_classes=num_classes, hidden_dim=m.hidden_dim, dropout=m.dropout,
-                max_sequence_length=m.max_sequence_length, positions=m.positions,
-                **inputs, **name,
-            )  # fmt: skip
-        return TransformerClassifier(
-            num_classes=num_classes, num_layers=m.num_layers,
-            hidden_dim=m.hidden_dim, num_heads=m.num_heads,
-            intermediate_dim=m.intermediate_dim, dropout=m.dropout,
-            max_sequence_length=m.max_sequence_length, positions=m.positions,
-            normalize_first=m.normalize_first, **inputs, **name,
-        )  # fmt: skip
+    def member(index=0, **name):
+        return build_member(m, num_classes, member_inputs(inputs, index), **name)
 
     size = config.ensemble_size or 1
     if size == 1:
         return member()
-    return ClassifierEnsemble([member(name=f"member_{i}") for i in range(size)])
+    return ClassifierEnsemble([member(i, name=f"member_{i}") for i in range(size)])
+
+
+def member_inputs(inputs, index):
+    """`inputs` of ensemble member `index`: a `random_kernel_stem` gets its own
+    seed (seed + 1000 index), so that each member draws its own kernels."""
+    stem = inputs.get("random_kernel_stem")
+    if stem is None:
+        return inputs
+    return {**inputs, "random_kernel_stem": {**stem, "seed": stem.get("seed", 0) + 1000 * index}}
+
+
+def build_member(m, num_classes, inputs, **name):
+    """One classifier of the preset `m` (`build_classifier`)."""
+    if m.num_layers == 0 and inputs.get("vocabulary_size") is not None:
+        return TextCNNClassifier(
+            num_classes=num_classes, hidden_dim=m.hidden_dim, dropout=m.dropout,
+            max_sequence_length=m.max_sequence_length, positions=m.positions,
+            **inputs, **name,
+        )  # fmt: skip
+    return TransformerClassifier(
+        num_classes=num_classes, num_layers=m.num_layers,
+        hidden_dim=m.hidden_dim, num_heads=m.num_heads,
+        intermediate_dim=m.intermediate_dim, dropout=m.dropout,
+        max_sequence_length=m.max_sequence_length, positions=m.positions,
+        normalize_first=m.normalize_first, **inputs, **name,
+    )  # fmt: skip
 
 
 def loss_and_metrics(label_smoothing=0.0, num_classes=0):

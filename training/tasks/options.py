@@ -14,8 +14,9 @@ import dataclasses
 import math
 
 POOLINGS = ("mean", "max")
+SERIES_STEMS = ("patches", "random_kernels")
 # The allowed values of the enumerated option fields (validation and --help).
-CHOICES = {"pooling": POOLINGS}
+CHOICES = {"pooling": POOLINGS, "series_stem": SERIES_STEMS}
 
 
 def _positive_int(name, value, nullable=False):
@@ -140,6 +141,13 @@ class SeriesOptions(ClassifierOptions):
     patch_stride: int | None = None
     # Each series is scaled to mean 0 and standard deviation 1 inside the model.
     standardize_series: bool = False
+    # The tokens: "patches" of steps, or "random_kernels": MiniRocket's features of
+    # `stem_windows` windows of the series (keras_transformer.layers.RandomKernelStem).
+    series_stem: str = "patches"
+    # Windows (tokens) per series of the "random_kernels" stem.
+    stem_windows: int = 8
+    # Features per window of the "random_kernels" stem (84 kernels x dilations x biases).
+    stem_kernel_features: int = 2016
 
     def validate(self, from_data=()):
         super().validate(from_data)
@@ -152,6 +160,16 @@ class SeriesOptions(ClassifierOptions):
                 f"{self.patch_stride!r}, patch_length={self.patch_length!r}."
             )
         _boolean("standardize_series", self.standardize_series)
+        if self.series_stem not in SERIES_STEMS:
+            raise ValueError(f"`series_stem` must be one of {SERIES_STEMS}; received "
+                             f"series_stem={self.series_stem!r}.")
+        _positive_int("stem_windows", self.stem_windows)
+        _positive_int("stem_kernel_features", self.stem_kernel_features)
+        if self.series_stem == "random_kernels" and (self.patch_length or 1) > 1:
+            raise ValueError(
+                "series_stem='random_kernels' makes its own tokens, without patches: leave "
+                f"`patch_length` null or 1; received patch_length={self.patch_length!r}."
+            )
 
 
 #: The options class of each trained task (`training.config.TASKS`).

@@ -130,12 +130,12 @@ class SeriesClassification(Task):
         `patch_length` gets the half stride of its own length.
         """
         x = data.train[0]
-        recipe = series.series_recipe(
-            int(x.shape[0]), int(x.shape[1]), len(data.label_names), int(x.shape[2])
-        )
+        rules = (series.series_stem_recipe if config.series_stem == "random_kernels"
+                 else series.series_recipe)
+        recipe = rules(int(x.shape[0]), int(x.shape[1]), len(data.label_names), int(x.shape[2]))
         if config.epochs is not None:
             recipe.pop("steps_per_epoch")
-        if config.patch_length is not None:
+        if config.patch_length is not None and config.series_stem == "patches":
             recipe["patch_stride"] = math.ceil(config.patch_length / 2)
         return recipe
 
@@ -185,6 +185,8 @@ class SeriesClassification(Task):
 
     def batch_tokens(self, config, inputs, labels):
         rows, length = inputs.shape[:2]
+        if config.series_stem == "random_kernels":
+            return rows * config.stem_windows
         p = config.patch_length
         s = config.patch_stride or p
         return rows * (-(-max(length - p, 0) // s) + 1)  # patches (SeriesPatches)
@@ -192,11 +194,23 @@ class SeriesClassification(Task):
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
-        return classifiers.build_classifier(
+        """The classifier; with the "random_kernels" stem, each member's stem
+        (its own seed) takes its biases from the training series."""
+        stem = None
+        if config.series_stem == "random_kernels":
+            stem = {"series_length": int(data.train[0].shape[1]),
+                    "num_windows": config.stem_windows,
+                    "num_kernel_features": config.stem_kernel_features,
+                    "max_positions": series.STEM_MAX_POSITIONS, "seed": config.seed}
+        model = classifiers.build_classifier(
             config, data, num_features=data.train[0].shape[-1],
             patch_length=config.patch_length, patch_stride=config.patch_stride,
-            standardize_series=config.standardize_series,
+            standardize_series=config.standardize_series, random_kernel_stem=stem,
         )
+        if stem is not None:
+            for member in getattr(model, "members", [model]):
+                member.adapt_stem(data.train[0])
+        return model
 
     def loss_and_metrics(self, config):
         """Cross-entropy on one-hot (mixed) labels with `label_smoothing`; accuracy."""

@@ -1,0 +1,193 @@
+"""RandomKernelStem (MiniRocket's features per window) and the preset that uses it."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.layers.random_kernel_stem import (
+    TAPS,
+    RandomKernelStem,
+    base_kernels,
+    bias_quantiles,
+    kernel_dilations,
+)
+from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from tests.conftest import REPO_ROOT
+from training.config import load_config
+from training.data.common import TaskData
+from training.recipe.series import series_stem_recipe
+from training.tasks import get_task
+
+
+def _series(n=12, t=64, f=1, seed=0):
+    rng = np.random.default_rng(seed)
+    steps = np.linspace(0, 6, t)[None, :, None]
+    return (np.sin(steps * rng.uniform(1, 3, (n, 1, f))) + 0.3 * rng.normal(size=(n, t, f))
+            ).astype(np.float32)
+
+
+def test_kernels_dilations_and_quantiles_follow_minirocket():
+    kernels = base_kernels()
+    assert kernels.shape == (9, 84) and len(set(TAPS)) == 84
+    np.testing.assert_array_equal(kernels.sum(axis=0), 0.0)  # a level adds nothing
+    assert sorted(set(kernels.ravel())) == [-1.0, 2.0]
+    # Exponential from 1 to (T - 1) / 8: T = 1460 reaches 182.
+    assert kernel_dilations(1460, 32)[0] == 1 and kernel_dilations(1460, 32)[-1] == 182
+    assert kernel_dilations(24, 32) == [1, 2]
+    q = bias_quantiles(50)
+    assert ((q > 0) & (q < 1)).all() and len(set(np.round(q, 6))) == 50
+
+
+def test_shapes_ppv_range_and_standardised_output():
+    x = _series(f=3)
+    stem = RandomKernelStem(64, num_windows=4, num_kernel_features=500, seed=1)
+    stem.adapt(x)
+    ppv = keras.ops.convert_to_numpy(stem.window_ppv(x))
+    assert ppv.shape == (12, 4, stem.num_outputs)
+    assert stem.num_outputs == 84 * len(stem.dilations) * stem.biases_per_kernel
+    assert ppv.min() >= 0.0 and ppv.max() <= 1.0
+    assert 0.0 < ppv.mean() < 1.0  # quantile biases: neither all 0 nor all 1
+    out = keras.ops.convert_to_numpy(stem(x))
+    assert out.shape == (12, 4, stem.num_outputs)
+    np.testing.assert_allclose(out.reshape(-1, stem.num_outputs).mean(axis=0), 0.0, atol=1e-4)
+    # Series of another length: windows of ceil(T / W) steps, the last shorter.
+    assert stem(_series(n=2, t=50, f=3)).shape == (2, 4, stem.num_outputs)
+
+
+def test_mean_of_equal_windows_is_the_global_ppv():
+    x = _series(t=64)
+    windows = RandomKernelStem(64, num_windows=8, num_kernel_features=300, seed=3)
+    whole = RandomKernelStem(64, num_windows=1, num_kernel_features=300, seed=3)
+    windows.adapt(x)
+    whole.adapt(x)  # the same seed: the same kernels and biases
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(windows.biases),
+                                  keras.ops.convert_to_numpy(whole.biases))
+    per_window = keras.ops.convert_to_numpy(windows.window_ppv(x))
+    global_ppv = keras.ops.convert_to_numpy(whole.window_ppv(x))[:, 0]
+    np.testing.assert_allclose(per_window.mean(axis=1), global_ppv, atol=1e-6)
+
+
+def test_max_positions_compares_every_sth_output():
+    x = _series(n=4, t=64)
+    every = RandomKernelStem(64, num_windows=2, num_kernel_features=200, seed=4)
+    strided = RandomKernelStem(64, num_windows=2, num_kernel_features=200, seed=4,
+                               max_positions=16)
+    assert (every.position_stride, strided.position_stride) == (1, 4)
+    every.adapt(x)
+    strided.adapt(x)
+    # The same biases; the PPV of every 4th output of x is that of all outputs
+    # of x with the other steps' outputs dropped: count them by hand.
+    biases = keras.ops.convert_to_numpy(every.biases)
+    np.testing.assert_array_equal(biases, keras.ops.convert_to_numpy(strided.biases))
+    h = keras.ops.convert_to_numpy(every._convolutions(x)[0])[:, ::4]  # (4, 16, 84)
+    expected = (h[..., None] > biases[0]).reshape(4, 2, 8, -1).mean(axis=2)
+    got = keras.ops.convert_to_numpy(strided.window_ppv(x))[..., : expected.shape[-1]]
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert strided(x).shape == every(x).shape
+
+
+def test_biases_from_data_are_deterministic_for_a_seed():
+    x = _series()
+
+    def biases(seed, series=x):
+        stem = RandomKernelStem(64, num_windows=2, num_kernel_features=200, seed=seed)
+        stem.adapt(series)
+        return keras.ops.convert_to_numpy(stem.biases)
+
+    np.testing.assert_array_equal(biases(0), biases(0))
+    assert not np.array_equal(biases(0), biases(1))
+    assert not np.array_equal(biases(0), biases(0, 2 * x))  # they come from the data
+    assert np.abs(biases(0)).max() > 0
+
+
+def test_serialisation_round_trip_keeps_the_adapted_weights(tmp_path):
+    x = _series(f=2)
+    model = TransformerClassifier(
+        num_classes=3, num_features=2, num_layers=1, hidden_dim=16, num_heads=2,
+        intermediate_dim=32, standardize_series=True,
+        random_kernel_stem={"series_length": 64, "num_windows": 4,
+                            "num_kernel_features": 200, "seed": 5})
+    model.adapt_stem(x)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config()["random_kernel_stem"]["num_windows"] == 4
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded.kernel_stem.biases),
+                                  keras.ops.convert_to_numpy(model.kernel_stem.biases))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)),
+                               keras.ops.convert_to_numpy(model(x)), atol=1e-5)
+    config = RandomKernelStem(64, num_windows=3, seed=2).get_config()
+    assert RandomKernelStem.from_config(config).get_config() == config
+
+
+def test_bad_arguments_raise_naming_them():
+    with pytest.raises(ValueError, match="num_windows=0"):
+        RandomKernelStem(64, num_windows=0)
+    with pytest.raises(ValueError, match="seed='1'"):
+        RandomKernelStem(64, seed="1")
+    with pytest.raises(ValueError, match="random_kernel_stem applies|`random_kernel_stem`"):
+        TransformerClassifier(num_classes=2, num_features=1, patch_length=4,
+                              random_kernel_stem={"series_length": 64})
+    with pytest.raises(ValueError, match="patch_length=8"):
+        load_config("series_classification", ['train_files=["x.txt"]', "patch_length=8"])
+    with pytest.raises(ValueError, match="series_stem='kernels'"):
+        load_config("series_classification", ['train_files=["x.txt"]', "series_stem=kernels"])
+
+
+def _data(n=36, t=64, k=3):
+    x = _series(n=n, t=t)
+    y = np.arange(n) % k
+    return TaskData((x, y), (x, y), (x[:6], y[:6]), label_names=[str(i) for i in range(k)])
+
+
+def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
+    task = get_task("timeseries")
+    config = load_config("series_classification",
+                         ['train_files=["x.txt"]', "ensemble_size=2", "stem_windows=4",
+                          "stem_kernel_features=200"])
+    data = _data()
+    config = task.resolve_config(config, data)
+    assert (config.patch_length, config.patch_stride) == (1, None)
+    recipe = series_stem_recipe(36, 64, 3)
+    assert (recipe["epochs"], recipe["steps_per_epoch"], recipe["ensemble_size"]) == (4, 75, 1)
+    assert series_stem_recipe(1000, 64, 3)["steps_per_epoch"] == 30 * 32 // 4  # 30 passes
+    model = task.build_model(config, data)
+    assert isinstance(model, ClassifierEnsemble)
+    first, second = (m.kernel_stem for m in model.members)
+    assert first.seed != second.seed  # each member its own kernels and biases
+    assert np.abs(keras.ops.convert_to_numpy(first.biases)).max() > 0
+    loss, metrics = task.loss_and_metrics(config)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=metrics)
+    batch = next(iter(task.make_dataset(config, data.train, training=True)))
+    before = [keras.ops.convert_to_numpy(w) for w in first.weights]
+    logs = model.train_on_batch(*batch, return_dict=True)
+    assert np.isfinite(logs["loss"])
+    for old, new in zip(before, first.weights, strict=True):  # the stem is fixed
+        np.testing.assert_array_equal(old, keras.ops.convert_to_numpy(new))
+
+
+def test_the_stem_runs_on_the_jax_backend():
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("JAX is not installed; `pip install -e '.[dev]'` installs it")
+    code = (
+        "import numpy as np, keras\n"
+        "from keras_transformer.layers.random_kernel_stem import RandomKernelStem\n"
+        "x = np.random.default_rng(0).normal(size=(4, 40, 2)).astype('float32')\n"
+        "s = RandomKernelStem(40, num_windows=4, num_kernel_features=200, seed=0)\n"
+        "s.adapt(x)\n"
+        "p = keras.ops.convert_to_numpy(s.window_ppv(x))\n"
+        "assert keras.backend.backend() == 'jax'\n"
+        "print(p.shape, float(p.min()), float(p.max()), float(np.abs(s.biases).sum()))\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shape, low, high, biases = result.stdout.strip().splitlines()[-1].rsplit(" ", 3)
+    assert shape.startswith("(4, 4,") and 0 <= float(low) <= float(high) <= 1
+    assert float(biases) > 0
