@@ -32,15 +32,19 @@ import contextlib
 import dataclasses
 import json
 import os
+import warnings
 
 import keras
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
+from training.data.shards import StreamedCorpus
 from training.distribute import build_strategy
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
+from training.pipeline.datasets import TruncationWarning
+from training.pipeline.streaming import data_error_message
 from training.recipe import adaptive, budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
@@ -141,8 +145,21 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
 
 
 def _train(config, run_dir, strategy, resumed, verbose, watch):
+    try:
+        return _train_steps(config, run_dir, strategy, resumed, verbose, watch)
+    except tf.errors.InvalidArgumentError as error:
+        # A streamed corpus's bad line, found when the stream reached it.
+        message = data_error_message(error)
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
+def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
     task = get_task(config.task)
     config, data = _load_data(config, task, run_dir, watch)
+    if verbose and data.summary:
+        print(data.summary, flush=True)
     with watch.phase("data"):
         datasets = _datasets(config, task, data)
     run = _Run(task, data, datasets, run_dir, strategy)
@@ -201,15 +218,45 @@ def _datasets(config, task, data):
     """The run's `_Datasets`."""
     stream = task.make_dataset(config, data.train, shuffle=True, repeat=True, training=True)
     valid = task.make_dataset(config, data.valid, shuffle=False)
-    # A pass of the stream ends where its first `num_examples` are seen, or,
-    # where the task drops incomplete training batches (static shapes for
-    # XLA), with the batches of one shuffled pass.
-    first_pass = task.make_dataset(config, data.train, shuffle=True, training=True)
-    steps, batch_tokens = _first_pass(config, task, first_pass, len(data.train[1]))
+    if isinstance(data.train, StreamedCorpus):
+        steps, batch_tokens = _estimated_pass(config, task, data.train)
+    else:
+        # A pass of the stream ends where its first `num_examples` are seen,
+        # or, where the task drops incomplete training batches (static shapes
+        # for XLA), with the batches of one shuffled pass.
+        first_pass = task.make_dataset(config, data.train, shuffle=True, training=True)
+        steps, batch_tokens = _first_pass(config, task, first_pass, len(data.train[1]))
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
     return _Datasets(stream, with_cardinality(valid), config.steps_per_epoch or steps,
                      batch_tokens)
+
+
+def _estimated_pass(config, task, corpus):
+    """(batches in a pass of a streamed corpus, mean real tokens per batch),
+    from its sample, never from reading the stream.
+
+    The sample's own shuffled pass is batched as the stream batches (the
+    same tokenizer, buckets and batch sizes), and its batches per example
+    scale to the corpus's `num_examples` (counted where every shard was read
+    to its end while sampling, else estimated from the shards' bytes per
+    line).  The estimate is only the length of an "epoch" (the updates
+    between two validations, and the schedule's and budget's unit); nothing
+    exact depends on it matching a pass.  The resume position is exact all
+    the same: it is the global step the checkpoint holds, and the stream a
+    pure function of the seed, so `skip(step)` reaches that batch; and the
+    estimate itself is the same on resume (the same files, seed, sample and
+    saved vocabulary give the same figure).
+    """
+    sample = corpus.sample
+    first_pass = task.make_dataset(config, sample, shuffle=True, training=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncationWarning)
+        steps, batch_tokens = _first_pass(config, task, first_pass, len(sample[1]))
+    for warning in caught:
+        warnings.warn(f"In the sample of the streamed training corpus: {warning.message}",
+                      warning.category, stacklevel=2)
+    return max(1, round(steps * corpus.num_examples / len(sample[1]))), batch_tokens
 
 
 def _first_pass(config, task, stream, num_examples):

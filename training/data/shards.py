@@ -196,3 +196,101 @@ def sample_rows(columns, sample_lines, seed, encoding="utf-8"):
 def total_bytes(columns):
     """Bytes on disk of every file of every column."""
     return sum(os.path.getsize(path) for column in columns for path in column)
+
+
+@dataclasses.dataclass
+class StreamedCorpus:
+    """A training split too large to read: its shards, a sample and its size.
+
+    A task's `load_data` puts one where `TaskData.train` holds lists for a
+    corpus read into memory; `training.pipeline.streaming` reads it.
+
+    Attributes:
+        columns: [column][shard] paths.
+        compressions: [column][shard] "GZIP" or "" (`tf.data`'s names).
+        sample: The sampled examples, as the task's in-memory split
+            (e.g. `(sources, targets)`): the vocabulary learns from it and
+            the size of an epoch is measured on it.
+        num_examples: The examples of the whole corpus, estimated
+            (`ShardHeads.estimated_lines`, less the held-out lines).
+        exact: Whether `num_examples` is counted rather than estimated.
+        total_bytes: Bytes on disk of all the files.
+        held_out: (every, lines): every `every`-th line of the first shard's
+            first `lines` validates and does not train; (0, 0): none.
+    """
+
+    columns: list
+    compressions: list
+    sample: tuple
+    num_examples: int
+    exact: bool
+    total_bytes: int
+    held_out: tuple = (0, 0)
+
+    def describe(self, limit_mb):
+        """One line saying that the split is streamed, and why."""
+        files = sum(len(column) for column in self.columns)
+        about = "" if self.exact else "about "
+        return (
+            f"Training data: streamed from {files} files ({self.total_bytes / 2**20:.1f} MB "
+            f"> in_memory_limit_mb={limit_mb:g}), {about}{self.num_examples} examples; "
+            f"vocabulary and epoch size from a sample of {len(self.sample[0])}."
+        )
+
+
+def in_memory_line(num_examples, num_bytes, limit_mb):
+    """The line a run prints for training data read into memory."""
+    return (
+        f"Training data: {num_examples} examples read into memory "
+        f"({num_bytes / 2**20:.1f} MB <= in_memory_limit_mb={limit_mb:g})."
+    )
+
+
+def stream_or_read(patterns, what, limit_mb):
+    """([column][shard] paths of `patterns`, whether they exceed `limit_mb`).
+
+    A plain path that is no file fails as `require_file` does; a pattern
+    that matches nothing names the pattern.
+    """
+    for pattern in patterns:
+        if not glob.has_magic(os.fspath(pattern)) and not os.path.isfile(pattern):
+            raise FileNotFoundError(f"{what} file not found: {os.fspath(pattern)!r}.")
+    columns = shard_columns(patterns, what)
+    return columns, total_bytes(columns) > limit_mb * 2**20 or limit_mb == 0
+
+
+def streamed_corpus(columns, sample_lines, seed, encoding="utf-8", hold_out=None):
+    """(`StreamedCorpus` of `columns` with its sample as columns of lines,
+    the held-out rows as columns of lines, or None).
+
+    Args:
+        columns: [column][shard] paths (`shard_columns`).
+        sample_lines: Rows in the sample (`seeded_sample`); at most
+            `READ_FACTOR` times as many are read.
+        seed: The sample's seed.
+        encoding: The files' text encoding.
+        hold_out: (every, most): every `every`-th row of the first shard's
+            head, at most `most` of them, validates instead of training
+            (and is left out of the stream); None: nothing held out.
+    """
+    heads = read_heads(columns, READ_FACTOR * sample_lines, encoding)
+    rows, held, held_out = heads.rows, None, (0, 0)
+    if hold_out is not None:
+        every, most = hold_out
+        reach = min(heads.read[0], every * most)
+        held = [rows[i] for i in range(0, reach, every)]
+        rows = [row for i, row in enumerate(rows) if i >= reach or i % every]
+        held_out = (every, reach)
+    sample = seeded_sample(rows, sample_lines, seed)
+    corpus = StreamedCorpus(
+        columns=columns,
+        compressions=[["GZIP" if is_gzip(p) else "" for p in column] for column in columns],
+        sample=tuple(list(column) for column in zip(*sample, strict=True)),
+        num_examples=heads.estimated_lines() - len(held or ()),
+        exact=all(heads.ended),
+        total_bytes=total_bytes(columns),
+        held_out=held_out,
+    )
+    held_columns = None if held is None else tuple(
+        list(column) for column in zip(*held, strict=True))
+    return corpus, held_columns

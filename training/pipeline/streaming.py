@@ -1,17 +1,17 @@
-"""Training streams read from shard files, in memory bounded by a buffer.
+"""Training streams read from shard files, in bounded memory.
 
 `make_translation_stream` and `make_classification_stream` give the
 batches `training.pipeline.datasets` makes of in-memory lists, from text
 files that are never held whole: each pass reads the shards (plain or gzip,
 `tf.data.TextLineDataset`) in an order shuffled with a seed from
 `(seed, pass)`, `cycle_length` of them interleaved, checks and tokenizes
-the lines in batches (`num_parallel_calls`), and shuffles the examples in a
-buffer of `shuffle_buffer` examples before bucketing them by length.  What
-it holds is the buffer, the buckets and `tf.data`'s read-ahead: nothing
+the lines in batches (`num_parallel_calls`), and shuffles the examples in
+blocks of `shuffle_buffer` examples before bucketing them by length.  What
+it holds is a block, the buckets and `tf.data`'s read-ahead: nothing
 that grows with the corpus.
 
-The stream is a pure function of the seed (the pass order and the buffer's
-seed are both derived from `(seed, pass)`, never from an iterator's state),
+The stream is a pure function of the seed (the pass order and each block's
+shuffle are both seeded from `(seed, pass)`, never from an iterator's state),
 so a fresh iterator over `stream.skip(n)` yields the batches an
 uninterrupted run saw from batch n on: a killed run resumes exactly.  That
 skip reads and tokenizes the n batches again (the stream does not know
@@ -52,8 +52,8 @@ class StreamOptions:
     """How shard files become a stream of examples.
 
     Attributes:
-        seed: The seed of the pass order and of the shuffle buffer.
-        shuffle_buffer: Examples in the shuffle buffer.
+        seed: The seed of the pass order and of the shuffle.
+        shuffle_buffer: Examples shuffled together (a block of the stream).
         cycle_length: Shards read at the same time.
         encoding: The files' text encoding ("utf-8", "latin-1" or "cp1252").
         held_out_every: With `held_out_lines`, every this-many-th line of the
@@ -200,8 +200,23 @@ def _passes(one_pass, repeat):
 
 
 def _shuffled(examples, options, epoch):
-    seed = tf.constant(options.seed, tf.int64) * 1_000_003 + epoch + 1
-    return examples.shuffle(options.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+    """`examples` in blocks of `shuffle_buffer`, each shuffled with a seed
+    from (seed, epoch, block).
+
+    `Dataset.shuffle` would take its seed from the process's global seed
+    too, and cannot take a tensor seed when that is 0; a stateless shuffle
+    of each block depends on `options.seed` and the pass alone.
+    """
+    seed = tf.constant(options.seed, tf.int64) * 1_000_003 + epoch
+
+    def shuffle_block(block_index, block):
+        rows = tf.shape(tf.nest.flatten(block)[0], out_type=tf.int64)[0]
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(rows), seed=tf.stack([seed, block_index]))
+        return tf.data.Dataset.from_tensor_slices(order).map(
+            lambda i: tf.nest.map_structure(lambda column: column[i], block))
+
+    return examples.ragged_batch(options.shuffle_buffer).enumerate().flat_map(shuffle_block)
 
 
 def compressions_of(columns, is_gzip):
