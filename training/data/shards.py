@@ -132,7 +132,7 @@ def read_heads(columns, max_rows, encoding="utf-8"):
     the read reaches that line.
     """
     num_shards = len(columns[0])
-    per_shard = max(1, math.ceil(max_rows / num_shards))
+    per_shard = max(1, max_rows // num_shards)
     heads = ShardHeads(columns, [], [], [], [])
     for shard in range(num_shards):
         paths = [column[shard] for column in columns]
