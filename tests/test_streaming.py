@@ -124,6 +124,28 @@ def test_the_stream_is_a_pure_function_of_the_seed(tmp_path, tokenizer):
     assert _batches(other) != one_pass
 
 
+def test_a_resume_starts_reading_at_the_pass_of_its_step(tmp_path, tokenizer):
+    patterns = _shard(tmp_path, _pairs(120), 3)
+    columns = shards.shard_columns(patterns, "train")
+    corpus = (columns, streaming.compressions_of(columns, shards.is_gzip))
+    path = str(tmp_path / "stream_passes.json")
+
+    def stream(passes):
+        return streaming.make_translation_stream(
+            corpus, (tokenizer, tokenizer), MAX_LENGTH, {"tokens_per_batch": TOKENS_PER_BATCH},
+            streaming.StreamOptions(seed=5, shuffle_buffer=64), passes=passes)
+
+    recorder = streaming.PassLengths(path)
+    batches = _batches(stream(recorder).take(100))
+    per_pass = len(_batches(_stream(patterns, tokenizer)))
+    assert recorder.counts[:2] == [per_pass, per_pass]  # passes 0 and 1 read to their end
+    reloaded = streaming.PassLengths(path)  # as a resumed run reads them
+    assert reloaded.counts == recorder.counts
+    for step in (0, per_pass - 1, per_pass + 3, 2 * per_pass + 5):
+        assert reloaded.start(step)[0] == min(step // per_pass, len(reloaded.counts))
+        assert _batches(stream(reloaded).from_step(step).take(10)) == batches[step:step + 10]
+
+
 def test_held_out_lines_leave_the_first_shard_only(tmp_path, tokenizer):
     pairs = _pairs(90)
     patterns = _shard(tmp_path, pairs, 3)

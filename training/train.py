@@ -44,7 +44,7 @@ from training.monitor.callbacks import LearningRateLogger, StepScalars, WallCloc
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
 from training.pipeline.datasets import TruncationWarning
-from training.pipeline.streaming import data_error_message
+from training.pipeline.streaming import PassLengths, data_error_message
 from training.recipe import adaptive, budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
@@ -67,7 +67,9 @@ class _Datasets:
 
     The training stream is a pure function of the seed (pass e is shuffled
     with a seed from (seed, e)), so a resumed run's fresh iterator over
-    `train.skip(step)` yields exactly the batches an uninterrupted run saw.
+    `train.skip(step)` yields exactly the batches an uninterrupted run saw
+    (a streamed corpus's `from_step(step)`: the same, read from the start of
+    the step's pass, `training.pipeline.streaming.PassLengths`).
     An "epoch" is `steps_per_epoch` batches of it: the size of one pass.
     """
 
@@ -160,6 +162,9 @@ def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
     config, data = _load_data(config, task, run_dir, watch)
     if verbose and data.summary:
         print(data.summary, flush=True)
+    if isinstance(data.train, StreamedCorpus):
+        data.train.pass_lengths = PassLengths(os.path.join(run_dir, "stream_passes.json"),
+                                              write=_is_chief())
     with watch.phase("data"):
         datasets = _datasets(config, task, data)
     run = _Run(task, data, datasets, run_dir, strategy)
@@ -390,7 +395,7 @@ def _fit(session, run, planner, progress, verbose):
             # run ended 49 s late that way).
             break
         h = model.fit(
-            run.datasets.train.skip(checkpoint.step),
+            _stream_from(run.datasets.train, checkpoint.step),
             validation_data=run.datasets.valid if run.task.fit_validates(config) else None,
             initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
             callbacks=callbacks, verbose=verbose, shuffle=False,
@@ -515,6 +520,13 @@ class _AfterEpoch(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self.model.stop_training and self.revise():
             self.model.stop_training = True
+
+
+def _stream_from(stream, step):
+    """The training stream from batch `step` on: `skip(step)`, or a streamed
+    corpus's `from_step`, which starts reading at the pass `step` lies in."""
+    from_step = getattr(stream, "from_step", None)
+    return from_step(step) if from_step is not None else stream.skip(step)
 
 
 def _with_num_layers(config, num_layers):

@@ -217,6 +217,8 @@ class StreamedCorpus:
         total_bytes: Bytes on disk of all the files.
         held_out: (every, lines): every `every`-th line of the first shard's
             first `lines` validates and does not train; (0, 0): none.
+        pass_lengths: The training run's record of the stream's pass
+            lengths (`training.pipeline.streaming.PassLengths`), or None.
     """
 
     columns: list
@@ -226,6 +228,7 @@ class StreamedCorpus:
     exact: bool
     total_bytes: int
     held_out: tuple = (0, 0)
+    pass_lengths: object = None
 
     def describe(self, limit_mb):
         """One line saying that the split is streamed, and why."""

@@ -15,8 +15,12 @@ shuffle are both seeded from `(seed, pass)`, never from an iterator's state),
 so a fresh iterator over `stream.skip(n)` yields the batches an
 uninterrupted run saw from batch n on: a killed run resumes exactly.  That
 skip reads and tokenizes the n batches again (the stream does not know
-where a pass ends before reading it): about as long as the run took to
-read them, at the input pipeline's speed rather than the model's.
+where a pass ends before reading it), at the input pipeline's speed rather
+than the model's.  With a `PassLengths`, the stream records each pass's
+batch count as it reads it, and `stream.from_step(n)` starts reading at
+the pass batch n lies in (the pass before it was recorded when the
+stream's reading reached batch n's pass): a resume re-reads only the
+batches of its own pass before its step.
 
 Bad lines are found as the stream reaches them, and stop the run with a
 `tf.errors.InvalidArgumentError` whose message holds one line between
@@ -26,6 +30,8 @@ gives it back to show the user.
 
 import codecs
 import dataclasses
+import json
+import os
 import re
 
 import tensorflow as tf
@@ -192,11 +198,89 @@ def line_pass(columns, compressions, options, epoch):
     )
 
 
-def _passes(one_pass, repeat):
-    """Pass 0, or the endless stream of passes 0, 1, 2, ..."""
+class PassLengths:
+    """The batches in each pass of a stream, recorded as the stream reads them.
+
+    A stream does not know where a pass ends before reading it.  This
+    records a pass's batch count when the stream's reading reaches the next
+    pass (`tf.data` reads a little ahead of training), in `path` (JSON,
+    replaced atomically), so that a resumed run starts reading at the pass
+    its step lies in (`start`) instead of re-reading every pass before it.
+    The counts are facts about a stream that is a pure function of its
+    seed: recorded ahead of a checkpoint, they are still right for it.
+
+    Args:
+        path: The JSON file (None: kept in memory only).
+        write: Whether this process writes it (the chief only).
+    """
+
+    def __init__(self, path=None, write=True):
+        self.path, self.write = path, write
+        self.counts = []  # batches of passes 0, 1, ... read to their end
+        if path is not None and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                self.counts = [int(n) for n in json.load(f)["batches_per_pass"]]
+        self._seen = {}
+
+    def record(self, epoch, index):
+        """Notes batch `index` of pass `epoch` (called from the stream)."""
+        epoch, index = int(epoch), int(index)
+        self._seen[epoch] = max(self._seen.get(epoch, 0), index + 1)
+        done = epoch - 1
+        if index == 0 and done == len(self.counts) and done in self._seen:
+            self.counts.append(self._seen.pop(done))
+            self._save()
+
+    def _save(self):
+        if self.path is None or not self.write:
+            return
+        partial = self.path + ".partial"
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump({"batches_per_pass": self.counts}, f)
+        os.replace(partial, self.path)
+
+    def start(self, step):
+        """(the pass batch `step` lies in, its index in that pass), as far as
+        the recorded passes tell; past them, from the first unrecorded pass."""
+        for epoch, count in enumerate(self.counts):
+            if step < count:
+                return epoch, step
+            step -= count
+        return len(self.counts), step
+
+
+def _recorded(passes, epoch, index, batch):
+    """`batch` after `passes.record(epoch, index)` has run."""
+    noted = tf.py_function(passes.record, [epoch, index], [])
+    with tf.control_dependencies([noted] if noted is not None else []):
+        return tf.nest.map_structure(tf.identity, batch)
+
+
+def _passes(one_pass, repeat, passes=None):
+    """Pass 0, or the endless stream of passes 0, 1, 2, ... (prefetched).
+
+    The endless stream has `from_step(step)`: the same stream from batch
+    `step`, read from the start of the pass that batch lies in when
+    `passes` (`PassLengths`) knows it, else from pass 0 (`skip(step)`).
+    """
     if not repeat:
-        return one_pass(tf.constant(0, tf.int64))
-    return tf.data.Dataset.counter().flat_map(one_pass)
+        return one_pass(tf.constant(0, tf.int64)).prefetch(tf.data.AUTOTUNE)
+
+    def recorded_pass(epoch):
+        batches = one_pass(epoch)
+        if passes is None:
+            return batches
+        return batches.enumerate().map(lambda index, batch: _recorded(passes, epoch, index,
+                                                                      batch))
+
+    def from_step(step):
+        start, offset = passes.start(int(step)) if passes is not None else (0, int(step))
+        stream = tf.data.Dataset.counter(start).flat_map(recorded_pass)
+        return stream.skip(offset).prefetch(tf.data.AUTOTUNE)
+
+    stream = tf.data.Dataset.counter().flat_map(recorded_pass).prefetch(tf.data.AUTOTUNE)
+    stream.from_step = from_step
+    return stream
 
 
 def _shuffled(examples, options, epoch):
@@ -225,7 +309,7 @@ def compressions_of(columns, is_gzip):
 
 
 def make_translation_stream(corpus, tokenizers, max_sequence_length, batching, options,
-                            repeat=True):
+                            repeat=True, passes=None):
     """Translation batches, as `make_translation_dataset` gives, from shard files.
 
     Args:
@@ -237,6 +321,8 @@ def make_translation_stream(corpus, tokenizers, max_sequence_length, batching, o
             `max_sequence_length` (`tokens_per_batch`, bucketing).
         options: `StreamOptions`.
         repeat: An endless stream of passes; else one pass.
+        passes: A `PassLengths` that records the passes' lengths and lets
+            the endless stream's `from_step` start at the step's pass.
 
     Returns:
         A prefetched `tf.data.Dataset`. Truncated pairs are not counted here:
@@ -252,7 +338,7 @@ def make_translation_stream(corpus, tokenizers, max_sequence_length, batching, o
                              num_parallel_calls=tf.data.AUTOTUNE).unbatch()
         return batch(_shuffled(examples.map(translation_example), options, epoch))
 
-    return _passes(one_pass, repeat).prefetch(tf.data.AUTOTUNE)
+    return _passes(one_pass, repeat, passes)
 
 
 def label_table(label_names):
@@ -295,7 +381,7 @@ def parse_labelled(lines, line, shard_paths, shard, label_names, table):
 
 
 def make_classification_stream(corpus, tokenizer, label_names, batching, options,
-                               repeat=True):
+                               repeat=True, passes=None):
     """Text classification batches, as `make_classification_dataset` gives, from files.
 
     Args:
@@ -306,6 +392,7 @@ def make_classification_stream(corpus, tokenizer, label_names, batching, options
             `classification_batcher`'s `pad_to_length` and `drop_remainder`.
         options: `StreamOptions` (`blank_lines` is taken as "skip").
         repeat: An endless stream of passes; else one pass.
+        passes: A `PassLengths` (`make_translation_stream`).
     """
     batching = dict(batching)
     max_sequence_length = batching.pop("max_sequence_length")
@@ -325,4 +412,4 @@ def make_classification_stream(corpus, tokenizer, label_names, batching, options
         examples = lines.map(parse_and_tokenize, num_parallel_calls=tf.data.AUTOTUNE)
         return batch(_shuffled(examples.unbatch(), options, epoch))
 
-    return _passes(one_pass, repeat).prefetch(tf.data.AUTOTUNE)
+    return _passes(one_pass, repeat, passes)

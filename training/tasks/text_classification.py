@@ -239,7 +239,7 @@ class TextClassification(Task):
                 (split.columns, split.compressions), self.tokenizer, self.label_names,
                 {"max_sequence_length": config.max_sequence_length,
                  "batch_size": config.batch_size},
-                stream_options(config, split), repeat=repeat,
+                stream_options(config, split), repeat=repeat, passes=split.pass_lengths,
             )
             return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
         weights = None

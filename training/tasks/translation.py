@@ -219,7 +219,7 @@ class Translation(Task):
                 (split.columns, split.compressions), (self.tokenizer, self.tokenizer),
                 config.max_sequence_length, {"tokens_per_batch": config.tokens_per_batch,
                                              **static},
-                stream_options(config, split), repeat=repeat,
+                stream_options(config, split), repeat=repeat, passes=split.pass_lengths,
             )
         return datasets.make_translation_dataset(
             split[0], split[1], self.tokenizer, self.tokenizer, config.max_sequence_length,
