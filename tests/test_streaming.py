@@ -358,17 +358,21 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)
     pointer = interrupted / "checkpoints" / "resume" / "LATEST"
     deadline = time.time() + 240
+    # Killed in the second epoch, so that the resume starts reading at pass 1
+    # (the first pass's length recorded as the stream read past it).
     while time.time() < deadline and process.poll() is None:
         if pointer.exists():
             step = int(pointer.read_text().strip().split("-")[1])
-            if step % steps_per_epoch:
+            if step > steps_per_epoch + 1 and step % steps_per_epoch:
                 break
         time.sleep(0.05)
     assert process.poll() is None, "the run finished before it could be killed"
     process.send_signal(signal.SIGKILL)
     process.wait()
     killed_at = int(pointer.read_text().strip().split("-")[1])
-    assert 0 < killed_at < 2 * steps_per_epoch
+    assert steps_per_epoch < killed_at < 2 * steps_per_epoch
+    recorded = json.loads((interrupted / "stream_passes.json").read_text())["batches_per_pass"]
+    assert recorded and recorded[0] <= killed_at
     subprocess.run(_train_command(interrupted, patterns), check=True, cwd=REPO, env=env,
                    timeout=300)
     assert json.loads((interrupted / "metrics.json").read_text())["steps"] == 2 * steps_per_epoch

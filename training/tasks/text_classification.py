@@ -198,17 +198,17 @@ class TextClassification(Task):
         stream leaves it out); cross-fitting is refused (it weights each
         example by its index in the corpus).
         """
-        members = config.ensemble_size or 1
-        if config.cross_fit and members > 1:
-            raise ValueError(
-                f"cross_fit=true with ensemble_size={members} needs the training file "
-                "in memory; it is streamed (over in_memory_limit_mb="
-                f"{config.in_memory_limit_mb:g}): set cross_fit=false or ensemble_size=1."
-            )
         corpus, held = shards.streamed_corpus(
             columns, config.vocabulary_sample_lines, config.seed, config.encoding,
             hold_out=(HOLD_OUT_EVERY, HOLD_OUT_MAX) if valid_file is None else None,
         )
+        members = config.ensemble_size or default_ensemble_size(corpus.num_examples)
+        if config.cross_fit and members > 1:
+            raise ValueError(
+                f"cross_fit=true with an ensemble of {members} needs the training file "
+                "in memory; it is streamed (over in_memory_limit_mb="
+                f"{config.in_memory_limit_mb:g}): set cross_fit=false or ensemble_size=1."
+            )
         texts, labels, names = _labelled_lines(corpus.sample[0])
         corpus.sample = (texts, np.asarray(labels, "int32"))
         self.cross_fit_members = None
