@@ -212,6 +212,37 @@ def test_the_epoch_estimate_is_within_ten_percent_of_a_pass(tmp_path):
     assert batch_tokens > 0
 
 
+def test_the_size_limit_picks_the_path_and_small_shards_are_read_into_memory(tmp_path):
+    pairs = _pairs(300)
+    patterns = _shard(tmp_path, pairs, 3)
+    task = get_task("translation")
+    data = task.load_data(_config(patterns, in_memory_limit_mb=64), str(tmp_path))
+    assert "read into memory" in data.summary
+    shard_order = [p for k in range(3) for p in pairs[k::3]]
+    train, valid = data.train, data.valid  # one pair in 50 held out, as for one file
+    assert len(train[0]) + len(valid[0]) == 300
+    assert set(zip(*train, strict=True)) | set(zip(*valid, strict=True)) == set(shard_order)
+    data = task.load_data(_config(patterns), str(tmp_path))  # in_memory_limit_mb=0
+    assert isinstance(data.train, shards.StreamedCorpus) and "streamed from 6 files" in data.summary
+    assert data.train.num_examples == 298 and data.valid[0] == [pairs[0][0], pairs[150][0]]
+
+
+def test_a_streamed_text_corpus_holds_out_and_refuses_cross_fitting(tmp_path):
+    lines = [f"{'pos' if i % 2 else 'neg'}\tword {i}" for i in range(300)]
+    _write(tmp_path / "a.txt", lines)
+    config = TrainingConfig.from_dict(dict(
+        task="classification", dataset="files", train_files=[str(tmp_path / "*.txt")],
+        in_memory_limit_mb=0, ensemble_size=1))
+    data = get_task("classification").load_data(config, str(tmp_path))
+    assert isinstance(data.train, shards.StreamedCorpus)
+    assert data.label_names == ["neg", "pos"] and data.train.num_examples == 270
+    assert data.valid[0] == [f"word {i}" for i in range(0, 300, 10)]
+    assert list(data.valid[1]) == [0] * 30
+    with pytest.raises(ValueError, match="cross_fit=true with an ensemble of 5"):
+        get_task("classification").load_data(
+            config.replace(ensemble_size=None, cross_fit=True), str(tmp_path))
+
+
 # --- errors: file and line ----------------------------------------------------------------
 
 
