@@ -190,7 +190,7 @@ def line_pass(columns, compressions, options, epoch):
                  for p, k in zip(paths, kinds, strict=True)]
         rows = tf.data.Dataset.zip(tuple(sides)).batch(_LINES_PER_CALL)
         return rows.map(lambda *numbered: (*_check_rows(numbered, shard, paths, options),
-                                           shard))
+                                           shard), num_parallel_calls=tf.data.AUTOTUNE)
 
     return tf.data.Dataset.from_tensor_slices(order).interleave(
         shard_lines, cycle_length=min(num_files, options.cycle_length),
