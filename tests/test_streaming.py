@@ -168,6 +168,8 @@ def test_the_sample_is_seeded_bounded_and_the_whole_of_a_small_corpus(tmp_path):
     other, _ = shards.sample_rows(columns, 50, seed=2)
     assert len(sample) == 50 and sample == again and sample != other
     assert sum(heads.read) <= shards.READ_FACTOR * 50 and not any(heads.ended)
+    # Gzip shards: their text's size (the trailer's) over the head's bytes per line.
+    assert abs(heads.estimated_lines() - 600) / 600 < 0.1, heads.estimated_lines()
     assert set(sample) <= set(pairs)
     whole, heads = shards.sample_rows(columns, 1000, seed=1)
     assert sorted(whole) == sorted(pairs) and all(heads.ended)

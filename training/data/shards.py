@@ -7,9 +7,10 @@ this module reads is bounded whatever the corpus size: each shard's first
 lines, up to `2 * sample_lines / shards` of them, so a 300 MB file is read
 to its end only when it is small.  The tokenizer learns from a seeded
 sample of those lines, and the number of lines of the whole corpus is
-estimated from the bytes each shard's head took (exact for a shard read to
-its end).  The sample favours each shard's beginning: a corpus sorted by
-topic or length should be split into shards (or shuffled) beforehand.
+estimated from each shard's bytes of text per line of its head (counted for
+a shard read to its end; a gzip shard's size of text is in its trailer).
+The sample favours each shard's beginning: a corpus sorted by topic or
+length should be split into shards (or shuffled) beforehand.
 
 The lines themselves are streamed by `training.pipeline.streaming`.
 """
@@ -46,7 +47,7 @@ def is_gzip(path):
 
 
 def _open(path):
-    """(binary text stream, the raw file whose `tell()` counts bytes on disk)."""
+    """(binary text stream, the file under it), gzip or not."""
     raw = open(path, "rb")  # noqa: SIM115 (closed by the caller)
     if raw.read(2) == _GZIP_MAGIC:
         raw.seek(0)
@@ -76,8 +77,8 @@ class ShardHeads:
 
     `rows[i]` is a tuple of one line per column; `read[s]` the rows read
     from shard `s`, `ended[s]` whether that was all of it, and
-    `bytes_read[s]` the bytes of its first column's file they took (on
-    disk, compressed for gzip).
+    `bytes_read[s]` the bytes of text (uncompressed) of its first column's
+    lines.
     """
 
     columns: list  # [column][shard] paths
@@ -88,15 +89,30 @@ class ShardHeads:
 
     def estimated_lines(self):
         """Lines of the whole corpus: counted where a shard was read to its
-        end, else its size over the bytes per line of its head."""
+        end, else its text's size (`text_size`) over the bytes per line of
+        its head."""
         total = 0
         for shard, path in enumerate(self.columns[0]):
             if self.ended[shard]:
                 total += self.read[shard]
             else:
                 per_line = self.bytes_read[shard] / max(1, self.read[shard])
-                total += math.ceil(os.path.getsize(path) / per_line)
+                total += math.ceil(text_size(path) / per_line)
         return total
+
+
+def text_size(path):
+    """Bytes of text in `path`: its size, or for gzip the size its trailer
+    records (exact for one gzip member under 4 GiB of text, the modulo 2**32
+    beyond; a size smaller than the file itself, which only such a wrap
+    gives, falls back to the compressed size times 3)."""
+    size = os.path.getsize(path)
+    if not is_gzip(path):
+        return size
+    with open(path, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        recorded = int.from_bytes(f.read(4), "little")
+    return recorded if recorded >= size else 3 * size
 
 
 def shard_columns(patterns, what):
@@ -137,7 +153,7 @@ def read_heads(columns, max_rows, encoding="utf-8"):
     for shard in range(num_shards):
         paths = [column[shard] for column in columns]
         opened = [_open(path) for path in paths]
-        count, ended = 0, False
+        count, ended, text_bytes = 0, False, 0
         try:
             while count < per_shard:
                 raw_lines = [stream.readline() for stream, _ in opened]
@@ -147,6 +163,7 @@ def read_heads(columns, max_rows, encoding="utf-8"):
                     break
                 if not all(present):
                     raise ValueError(misaligned_message(paths, present, count + 1))
+                text_bytes += len(raw_lines[0])
                 heads.rows.append(tuple(
                     _decode(line, path, count + 1, encoding)
                     for line, path in zip(raw_lines, paths, strict=True)
@@ -154,7 +171,7 @@ def read_heads(columns, max_rows, encoding="utf-8"):
                 count += 1
             if not ended:  # a shard of exactly `per_shard` lines is all read
                 ended = not any(stream.peek(1) for stream, _ in opened)
-            heads.bytes_read.append(opened[0][1].tell())
+            heads.bytes_read.append(text_bytes)
         finally:
             for stream, raw in opened:
                 stream.close()
