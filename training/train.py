@@ -38,7 +38,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
-from training.data.shards import StreamedCorpus
+from training.data.shards import StreamedCorpus, seeded_sample
 from training.distribute import build_strategy
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
@@ -51,6 +51,9 @@ from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import RunDirLock, prepare_run_dir
 from training.tasks import get_task
 from training.tasks.common import preset_config, with_cardinality
+
+#: Examples of a streamed corpus's sample whose batching estimates an epoch.
+ESTIMATE_EXAMPLES = 20_000
 
 
 def _is_chief():
@@ -241,7 +244,8 @@ def _estimated_pass(config, task, corpus):
     """(batches in a pass of a streamed corpus, mean real tokens per batch),
     from its sample, never from reading the stream.
 
-    The sample's own shuffled pass is batched as the stream batches (the
+    At most `ESTIMATE_EXAMPLES` examples of the sample (a seeded subset)
+    make one shuffled pass, batched as the stream batches (the
     same tokenizer, buckets and batch sizes), and its batches per example
     scale to the corpus's `num_examples` (counted where every shard was read
     to its end while sampling, else estimated from the shards' bytes per
@@ -249,11 +253,13 @@ def _estimated_pass(config, task, corpus):
     between two validations, and the schedule's and budget's unit); nothing
     exact depends on it matching a pass.  The resume position is exact all
     the same: it is the global step the checkpoint holds, and the stream a
-    pure function of the seed, so `skip(step)` reaches that batch; and the
+    pure function of the seed, so `skip(step)` (`from_step`) reaches that batch; and the
     estimate itself is the same on resume (the same files, seed, sample and
     saved vocabulary give the same figure).
     """
-    sample = corpus.sample
+    rows = seeded_sample(list(zip(*corpus.sample, strict=True)), ESTIMATE_EXAMPLES,
+                         config.seed)
+    sample = tuple(list(column) for column in zip(*rows, strict=True))
     first_pass = task.make_dataset(config, sample, shuffle=True, training=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncationWarning)
