@@ -12,9 +12,9 @@ disk); the script prints the run's "Training data:" line.  For each scale:
 - peak RSS: the kernel's high-water mark (`VmHWM` of /proc/<pid>/status),
   read every 0.2 s while the training process runs (the last reading
   before it exits);
-- first update: seconds from launching the command to the wall time of the
-  run's first `step/loss` TensorBoard event (`--set log_every_steps=1`:
-  `training.monitor.callbacks.StepScalars` writes it when update 1 ends);
+- first update: `first_update_at_second` of the run's metrics.json, the
+  seconds from the command's start (its `Stopwatch`) to the end of its
+  first update (the time budget's calibration makes it);
 - input share: in a second process over the finished run (its config,
   vocabulary and model.keras), `train_on_batch` on batches drawn from the
   run's training stream as it comes, against the same model on 40 of
@@ -32,6 +32,7 @@ BLEU within 10% of 1x.
 
     python3 benchmarks/bench_scale.py [--scales 1 10 150] [--minutes 4]
         [--scratch benchmarks/.cache/scale] [--data-dir ../shared/data]
+        [--set in_memory_limit_mb=0]
 
 Writes benchmarks/results/scale.json (scale_quick.json with --quick: 1x, one
 minute).  Needs about 1.3 GB of scratch disk at 150x.
@@ -93,20 +94,8 @@ def peak_rss_mb(pid):
     return None
 
 
-def first_update_time(run_dir):
-    """Wall time of the first `step/loss` event of the run's TensorBoard logs."""
-    from tensorboard.backend.event_processing import event_accumulator
-
-    accumulator = event_accumulator.EventAccumulator(os.path.join(run_dir, "logs", "train"),
-                                                     size_guidance={"tensors": 0})
-    accumulator.Reload()
-    events = accumulator.Tensors("step/loss") if "step/loss" in accumulator.Tags()["tensors"] \
-        else accumulator.Scalars("step/loss")
-    return min(event.wall_time for event in events)
-
-
-def train(patterns, data_dir, run_dir, minutes):
-    """Runs the training command; its figures (dict)."""
+def train(patterns, data_dir, run_dir, minutes, overrides=()):
+    """Runs the training command (plus `--set` of each of `overrides`); its figures."""
     multi30k = os.path.join(data_dir, "multi30k")
     command = [sys.executable, "-m", "training", "train", "--config", "multi30k",
                "--run-dir", run_dir]
@@ -114,7 +103,7 @@ def train(patterns, data_dir, run_dir, minutes):
                  "valid_files=" + json.dumps([f"{multi30k}/val.de.gz", f"{multi30k}/val.en.gz"]),
                  "test_files=" + json.dumps([f"{multi30k}/test_2016_flickr.de.gz",
                                              f"{multi30k}/test_2016_flickr.en.gz"]),
-                 f"time_budget_minutes={minutes}", "log_every_steps=1"):
+                 f"time_budget_minutes={minutes}", *overrides):
         command += ["--set", item]
     log = run_dir + ".log"
     with open(log, "w", encoding="utf-8") as output:
@@ -141,7 +130,7 @@ def train(patterns, data_dir, run_dir, minutes):
     return {
         "path": path,
         "peak_rss_mb": round(peak, 1),
-        "first_update_seconds": round(first_update_time(run_dir) - launched, 1),
+        "first_update_seconds": metrics.get("first_update_at_second"),
         "vocabulary_seconds": metrics.get("vocabulary_seconds"),
         "data_seconds": metrics.get("data_seconds"),
         "wall_seconds": round(wall, 1),
@@ -246,6 +235,9 @@ def main():
                                                               ".cache", "scale"))
         parser.add_argument("--data-dir", default=os.path.join(common.REPO_ROOT, "..",
                                                                "shared", "data"))
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="a config override for every run (e.g. in_memory_limit_mb=0 "
+                                 "streams the small scales too)")
         parser.add_argument("--keep-runs", action="store_true",
                             help="keep the run directories under the scratch folder")
 
@@ -260,13 +252,13 @@ def main():
         run_dir = os.path.join(args.scratch, f"run_x{scale}")
         shutil.rmtree(run_dir, ignore_errors=True)
         print(f"{scale}x: training for {args.minutes} minutes...", flush=True)
-        results[str(scale)] = train(patterns, args.data_dir, run_dir, args.minutes)
+        results[str(scale)] = train(patterns, args.data_dir, run_dir, args.minutes, args.set)
         results[str(scale)].update(input_share(run_dir, rounds=2 if args.quick else 3))
         if not args.keep_runs:
             shutil.rmtree(run_dir, ignore_errors=True)
     checks = report(results, args.minutes)
     name = "scale_quick" if args.quick else "scale"
-    common.write_json(name, {"minutes": args.minutes, "results": results,
+    common.write_json(name, {"minutes": args.minutes, "overrides": args.set, "results": results,
                             "targets_met": checks, "machine": common.machine_info()})
 
 

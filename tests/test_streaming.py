@@ -384,8 +384,11 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     reference = tmp_path / "reference"
     subprocess.run(_train_command(reference, patterns), check=True, cwd=REPO, env=env,
                    timeout=300)
-    steps_per_epoch = json.loads((reference / "metrics.json").read_text())["steps_per_epoch"]
+    metrics = json.loads((reference / "metrics.json").read_text())
+    steps_per_epoch = metrics["steps_per_epoch"]
     assert steps_per_epoch > 4
+    # The start-up a user waits through: reading, sampling, vocabulary, estimate, model.
+    assert 0 < metrics["first_update_at_second"] < metrics["total_seconds"]
 
     interrupted = tmp_path / "interrupted"
     process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)

@@ -422,6 +422,7 @@ def _fit_callbacks(session, planner, progress):
     deadline, dropout switched off, and a budgeted run's revisions."""
     checkpoint = session.checkpoint
     callbacks = session.callbacks + [c for c in (progress, planner.deadline) if c is not None]
+    callbacks.append(_FirstUpdate(planner.watch))
     # A revision may make a budgeted run short after it began with
     # dropout: from then on it trains without (`_DropoutOffAt`), and a
     # resumed run switches at the same update.
@@ -494,6 +495,19 @@ class _DropoutOffAt(keras.callbacks.Callback):
         if not self.done and self.checkpoint.step >= self.step:
             self.done = True
             budget.disable_dropout(self.model)
+
+
+class _FirstUpdate(keras.callbacks.Callback):
+    """Marks the command's first update on its `Stopwatch` (`first_update_at_second`
+    in metrics.json: the start-up a user waits through, data and vocabulary
+    included); a budgeted run's first update is its calibration's, marked there."""
+
+    def __init__(self, watch):
+        super().__init__()
+        self.watch = watch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.watch.mark("first_update")
 
 
 class _StopAtPlanEnd(keras.callbacks.Callback):
