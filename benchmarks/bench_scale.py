@@ -16,10 +16,11 @@ disk); the script prints the run's "Training data:" line.  For each scale:
   seconds from the command's start (its `Stopwatch`) to the end of its
   first update (the time budget's calibration makes it);
 - input share: in a second process over the finished run (its config,
-  vocabulary and model.keras), `train_on_batch` on batches drawn from the
-  run's training stream as it comes, against the same model on 40 of
-  those batches already in memory, interleaved over rounds; the share is
-  1 - (stream rate / in-memory rate);
+  vocabulary and model.keras), `train_on_batch` on `--steps` batches drawn
+  from the run's training stream as it comes, then on the same batches
+  again from memory, over rounds; the share is 1 - (stream rate /
+  in-memory rate), medians of the rounds (below 0: the two within the
+  machine's noise);
 - vocabulary: `vocabulary_seconds` of the run's metrics.json (the
   vocabulary learnt from at most `vocabulary_sample_lines` pairs);
 - wall: seconds of the whole command, launch to exit;
@@ -140,7 +141,7 @@ def train(patterns, data_dir, run_dir, minutes, overrides=()):
     }
 
 
-def input_share(run_dir, rounds=3, steps=20):
+def input_share(run_dir, rounds=3, steps=30):
     """Runs `--child-input` over a finished run; its figures (dict)."""
     command = [sys.executable, os.path.abspath(__file__), "--child-input", run_dir,
                "--rounds", str(rounds), "--steps", str(steps)]
@@ -166,28 +167,32 @@ def child_input(run_dir, rounds, steps):
                                     training=True))
     loss, metrics = task.loss_and_metrics(config)
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=loss, metrics=metrics)
-    in_memory = [next(stream) for _ in range(40)]
 
-    def timed(next_batch):
+    def timed(batches):
+        """(updates per second, the batches trained on), `batches` an iterator."""
+        seen = []
         started = time.perf_counter()
-        for _ in range(steps):
-            model.train_on_batch(*next_batch())
-        return steps / (time.perf_counter() - started)
+        for batch in batches:
+            model.train_on_batch(*batch)
+            seen.append(batch)
+        return len(seen) / (time.perf_counter() - started), seen
 
-    batches = iter(in_memory * (2 + 2 * rounds * steps // len(in_memory)))
-    timed(lambda: next(stream))  # traces the shapes of both
-    timed(lambda: next(batches))
+    def from_stream():
+        for _ in range(steps):
+            yield next(stream)
+
+    _, warm = timed(from_stream())  # traces the step for the shapes met first
+    timed(iter(warm))
     real, memory = [], []
-    for r in range(rounds):  # interleaved, the order reversed every other round
-        for name in (("real", "memory") if r % 2 == 0 else ("memory", "real")):
-            if name == "real":
-                real.append(timed(lambda: next(stream)))
-            else:
-                memory.append(timed(lambda: next(batches)))
+    for _ in range(rounds):
+        # The same batches twice: as the stream makes them, then from memory.
+        rate, batches = timed(from_stream())
+        real.append(rate)
+        memory.append(timed(iter(batches))[0])
     real, memory = statistics.median(real), statistics.median(memory)
     print(json.dumps({"updates_per_second_stream": round(real, 3),
                       "updates_per_second_in_memory": round(memory, 3),
-                      "input_share": round(max(0.0, 1 - real / memory), 4)}))
+                      "input_share": round(1 - real / memory, 4)}))
 
 
 def report(results, minutes):
