@@ -240,6 +240,14 @@ def test_a_streamed_text_corpus_holds_out_and_refuses_cross_fitting(tmp_path):
     assert data.label_names == ["neg", "pos"] and data.train.num_examples == 270
     assert data.valid[0] == [f"word {i}" for i in range(0, 300, 10)]
     assert list(data.valid[1]) == [0] * 30
+    # Below the limit, a glob's files are read into memory as one corpus.
+    _write(tmp_path / "b.txt.gz", ["maybe\tanother class"] * 20, gzipped=True)
+    data = get_task("classification").load_data(
+        config.replace(in_memory_limit_mb=64, train_files=[str(tmp_path / "*.txt*")]),
+        str(tmp_path))
+    assert "320 examples read into memory" in data.summary
+    assert data.label_names == ["maybe", "neg", "pos"]
+    assert len(data.train[0]) + len(data.valid[0]) == 320
     with pytest.raises(ValueError, match="cross_fit=true with an ensemble of 5"):
         get_task("classification").load_data(
             config.replace(ensemble_size=None, cross_fit=True), str(tmp_path))
