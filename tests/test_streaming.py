@@ -272,6 +272,24 @@ def test_a_glob_matching_nothing_and_a_missing_file_are_named(tmp_path):
         shards.stream_or_read([str(tmp_path / "absent.de")], "train", 0)
 
 
+def test_an_encoding_the_stream_cannot_read_is_refused_by_name():
+    assert streaming.StreamOptions(encoding="latin-1").encoding == "latin-1"
+    with pytest.raises(ValueError, match="encoding='utf-16' cannot be streamed"):
+        streaming.StreamOptions(encoding="utf-16")
+
+
+def test_a_latin1_shard_streams_as_it_reads_into_memory(tmp_path, tokenizer):
+    (tmp_path / "l.de").write_bytes("Café über\nnaïve\n".encode("latin-1"))
+    (tmp_path / "l.en").write_bytes(b"coffee\nnaive\n")
+    columns = shards.shard_columns([str(tmp_path / "l.de"), str(tmp_path / "l.en")], "train")
+    lines = streaming.line_pass(columns, streaming.compressions_of(columns, shards.is_gzip),
+                                streaming.StreamOptions(encoding="latin-1"),
+                                tf.constant(0, tf.int64))
+    (sources, _), numbers, _ = next(iter(lines))
+    assert [s.decode("utf-8") for s in sources.numpy()] == ["Café über", "naïve"]
+    assert numbers.numpy().tolist() == [1, 2]
+
+
 def test_unpaired_and_empty_shards_are_named(tmp_path):
     patterns = _shard(tmp_path, _pairs(30), 3)
     os.remove(tmp_path / "train.02.en.gz")

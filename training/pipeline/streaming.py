@@ -83,6 +83,17 @@ class StreamOptions:
     num_shards: int = 1
     shard_index: int = 0
 
+    def __post_init__(self):
+        try:
+            name = codecs.lookup(self.encoding).name
+        except LookupError:
+            name = None
+        if name != "utf-8" and name not in _ICU_ENCODINGS:
+            raise ValueError(
+                f"encoding={self.encoding!r} cannot be streamed; a streamed corpus is "
+                "utf-8, latin-1 or cp1252 (or set in_memory_limit_mb above its size)."
+            )
+
 
 def data_error_message(error):
     """The file-and-line message a stream's check raised in `error`, or None."""
