@@ -366,3 +366,12 @@ def test_a_plan_file_keeps_what_is_set_and_only_that(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="plan.json is not a run's plan"):
         Plan.read(path)
+
+
+def test_stopwatch_marks_when_a_thing_first_happened():
+    watch = budget.Stopwatch(started_at=100.0)
+    watch.mark("first_update", at=112.34)
+    watch.mark("first_update", at=150.0)  # later updates do not move it
+    report = watch.report()
+    assert report["first_update_at_second"] == 12.3
+    assert report["total_seconds"] >= report["first_update_at_second"]

@@ -32,15 +32,19 @@ import contextlib
 import dataclasses
 import json
 import os
+import warnings
 
 import keras
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
+from training.data.shards import StreamedCorpus, seeded_sample
 from training.distribute import build_strategy
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
+from training.pipeline.datasets import TruncationWarning
+from training.pipeline.streaming import PassLengths, data_error_message
 from training.recipe import adaptive, budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
@@ -52,6 +56,9 @@ from training.runs.run_dir import (
 )
 from training.tasks import get_task
 from training.tasks.common import preset_config, with_cardinality
+
+#: Examples of a streamed corpus's sample whose batching estimates an epoch.
+ESTIMATE_EXAMPLES = 20_000
 
 
 def _is_chief():
@@ -68,7 +75,9 @@ class _Datasets:
 
     The training stream is a pure function of the seed (pass e is shuffled
     with a seed from (seed, e)), so a resumed run's fresh iterator over
-    `train.skip(step)` yields exactly the batches an uninterrupted run saw.
+    `train.skip(step)` yields exactly the batches an uninterrupted run saw
+    (a streamed corpus's `from_step(step)`: the same, read from the start of
+    the step's pass, `training.pipeline.streaming.PassLengths`).
     An "epoch" is `steps_per_epoch` batches of it: the size of one pass.
     """
 
@@ -146,8 +155,24 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
 
 
 def _train(config, run_dir, strategy, resumed, verbose, watch):
+    try:
+        return _train_steps(config, run_dir, strategy, resumed, verbose, watch)
+    except tf.errors.InvalidArgumentError as error:
+        # A streamed corpus's bad line, found when the stream reached it.
+        message = data_error_message(error)
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
+def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
     task = get_task(config.task)
     config, data = _load_data(config, task, run_dir, watch)
+    if verbose and data.summary:
+        print(data.summary, flush=True)
+    if isinstance(data.train, StreamedCorpus):
+        data.train.pass_lengths = PassLengths(os.path.join(run_dir, "stream_passes.json"),
+                                              write=_is_chief())
     with watch.phase("data"):
         datasets = _datasets(config, task, data)
     run = _Run(task, data, datasets, run_dir, strategy)
@@ -206,15 +231,48 @@ def _datasets(config, task, data):
     """The run's `_Datasets`."""
     stream = task.make_dataset(config, data.train, shuffle=True, repeat=True, training=True)
     valid = task.make_dataset(config, data.valid, shuffle=False)
-    # A pass of the stream ends where its first `num_examples` are seen, or,
-    # where the task drops incomplete training batches (static shapes for
-    # XLA), with the batches of one shuffled pass.
-    first_pass = task.make_dataset(config, data.train, shuffle=True, training=True)
-    steps, batch_tokens = _first_pass(config, task, first_pass, len(data.train[1]))
+    if isinstance(data.train, StreamedCorpus):
+        steps, batch_tokens = _estimated_pass(config, task, data.train)
+    else:
+        # A pass of the stream ends where its first `num_examples` are seen,
+        # or, where the task drops incomplete training batches (static shapes
+        # for XLA), with the batches of one shuffled pass.
+        first_pass = task.make_dataset(config, data.train, shuffle=True, training=True)
+        steps, batch_tokens = _first_pass(config, task, first_pass, len(data.train[1]))
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
     return _Datasets(stream, with_cardinality(valid), config.steps_per_epoch or steps,
                      batch_tokens)
+
+
+def _estimated_pass(config, task, corpus):
+    """(batches in a pass of a streamed corpus, mean real tokens per batch),
+    from its sample, never from reading the stream.
+
+    At most `ESTIMATE_EXAMPLES` examples of the sample (a seeded subset)
+    make one shuffled pass, batched as the stream batches (the
+    same tokenizer, buckets and batch sizes), and its batches per example
+    scale to the corpus's `num_examples` (counted where every shard was read
+    to its end while sampling, else estimated from the shards' bytes per
+    line).  The estimate is only the length of an "epoch" (the updates
+    between two validations, and the schedule's and budget's unit); nothing
+    exact depends on it matching a pass.  The resume position is exact all
+    the same: it is the global step the checkpoint holds, and the stream a
+    pure function of the seed, so `skip(step)` (`from_step`) reaches that batch; and the
+    estimate itself is the same on resume (the same files, seed, sample and
+    saved vocabulary give the same figure).
+    """
+    rows = seeded_sample(list(zip(*corpus.sample, strict=True)), ESTIMATE_EXAMPLES,
+                         config.seed)
+    sample = tuple(list(column) for column in zip(*rows, strict=True))
+    first_pass = task.make_dataset(config, sample, shuffle=True, training=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncationWarning)
+        steps, batch_tokens = _first_pass(config, task, first_pass, len(sample[1]))
+    for warning in caught:
+        warnings.warn(f"In the sample of the streamed training corpus: {warning.message}",
+                      warning.category, stacklevel=2)
+    return max(1, round(steps * corpus.num_examples / len(sample[1]))), batch_tokens
 
 
 def _first_pass(config, task, stream, num_examples):
@@ -348,7 +406,7 @@ def _fit(session, run, planner, progress, verbose):
             # run ended 49 s late that way).
             break
         h = model.fit(
-            run.datasets.train.skip(checkpoint.step),
+            _stream_from(run.datasets.train, checkpoint.step),
             validation_data=run.datasets.valid if run.task.fit_validates(config) else None,
             initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
             callbacks=callbacks, verbose=verbose, shuffle=False,
@@ -369,6 +427,7 @@ def _fit_callbacks(session, planner, progress):
     deadline, dropout switched off, and a budgeted run's revisions."""
     checkpoint = session.checkpoint
     callbacks = session.callbacks + [c for c in (progress, planner.deadline) if c is not None]
+    callbacks.append(_FirstUpdate(planner.watch))
     # A revision may make a budgeted run short after it began with
     # dropout: from then on it trains without (`_DropoutOffAt`), and a
     # resumed run switches at the same update.
@@ -444,6 +503,19 @@ class _DropoutOffAt(keras.callbacks.Callback):
             budget.disable_dropout(self.model)
 
 
+class _FirstUpdate(keras.callbacks.Callback):
+    """Marks the command's first update on its `Stopwatch` (`first_update_at_second`
+    in metrics.json: the start-up a user waits through, data and vocabulary
+    included); a budgeted run's first update is its calibration's, marked there."""
+
+    def __init__(self, watch):
+        super().__init__()
+        self.watch = watch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.watch.mark("first_update")
+
+
 class _StopAtPlanEnd(keras.callbacks.Callback):
     """Ends `fit` at the update that completes the plan (its `total_steps`).
 
@@ -474,6 +546,13 @@ class _AfterEpoch(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self.model.stop_training and self.revise():
             self.model.stop_training = True
+
+
+def _stream_from(stream, step):
+    """The training stream from batch `step` on: `skip(step)`, or a streamed
+    corpus's `from_step`, which starts reading at the pass `step` lies in."""
+    from_step = getattr(stream, "from_step", None)
+    return from_step(step) if from_step is not None else stream.skip(step)
 
 
 def _with_num_layers(config, num_layers):

@@ -13,12 +13,18 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @dataclasses.dataclass
 class TaskData:
-    """Train/valid/test splits; `inputs` are strings or `(N, T, F)` arrays."""
+    """Train/valid/test splits; `inputs` are strings or `(N, T, F)` arrays.
+
+    `train` may instead be a `training.data.shards.StreamedCorpus`: files
+    too large to read, streamed by the task's training dataset.
+    """
 
     train: tuple
     valid: tuple
     test: tuple
     label_names: list | None = None
+    #: One line on how the training split was read (streamed or into memory), or None.
+    summary: str | None = None
 
 
 def resolve_data_dir(data_dir):

@@ -163,6 +163,30 @@ def _sort_label_names(names):
         return sorted(names)
 
 
+def split_label(line):
+    """A non-blank `label<TAB>text` or `label text` line -> (label, text), stripped.
+
+    The label is everything before the first tab when the line has one
+    (empty if the tab comes first), otherwise the first whitespace-separated
+    token.
+    """
+    if "\t" in line:
+        label, text = line.split("\t", 1)
+        return label.strip(), text.strip()
+    parts = line.strip().split(None, 1)
+    return parts[0], (parts[1] if len(parts) > 1 else "").strip()
+
+
+def label_ids(labels, label_names=None):
+    """(int ids of `labels`, the names): `label_names`, or the distinct labels
+    sorted numerically when they are all numbers, else alphabetically."""
+    if label_names is None:
+        label_names = _sort_label_names(set(labels))
+    label_names = [str(name) for name in label_names]
+    ids = {name: i for i, name in enumerate(label_names)}
+    return [ids[label] for label in labels], label_names
+
+
 def read_classification(path, label_names=None, encoding="utf-8"):
     """Reads `label<TAB>text` or `label text` lines (the Kim-2014 format).
 
@@ -190,18 +214,13 @@ def read_classification(path, label_names=None, encoding="utf-8"):
     for line_number, line in enumerate(read_lines(path, encoding=encoding), start=1):
         if not line.strip():
             continue
-        if "\t" in line:
-            label, text = line.split("\t", 1)
-            label = label.strip()
-            if not label:
-                raise ValueError(
-                    f"read_classification: path={os.fspath(path)!r} line {line_number} "
-                    f"has an empty label before the tab: {line[:80]!r}"
-                )
-        else:
-            parts = line.strip().split(None, 1)
-            label, text = parts[0], parts[1] if len(parts) > 1 else ""
-        rows.append((line_number, label, text.strip()))
+        label, text = split_label(line)
+        if not label:
+            raise ValueError(
+                f"read_classification: path={os.fspath(path)!r} line {line_number} "
+                f"has an empty label before the tab: {line[:80]!r}"
+            )
+        rows.append((line_number, label, text))
     if not rows:
         raise ValueError(
             f"read_classification: path={os.fspath(path)!r} has no examples."

@@ -231,6 +231,27 @@ def make_translation_dataset(
         max_sequence_length,
         ("src_sentences", "tgt_sentences"),
     )
+    check_translation_sizes(max_sequence_length, tokens_per_batch, pad_to_length)
+    tokenize = translation_tokenize(src_tokenizer, tgt_tokenizer, max_sequence_length)
+    columns = tuple(
+        tf.constant(list(c), tf.string) for c in (src_sentences, tgt_sentences)
+    )
+    what = (
+        f"source > {max_sequence_length} or target > {max_sequence_length - 1} tokens"
+    )
+    dataset = _tokenized(columns, tokenize, cache, max_sequence_length, what).map(
+        translation_example
+    )
+    batch = translation_batcher(
+        max_sequence_length, tokens_per_batch, pad_to_length, drop_remainder, boundaries,
+        pad_to_bucket_boundary,
+    )
+    dataset = _finish(dataset, len(src_sentences), shuffle, seed, repeat, batch)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def check_translation_sizes(max_sequence_length, tokens_per_batch, pad_to_length):
+    """Raises ValueError unless a batch of `tokens_per_batch` holds one sequence."""
     longest = pad_to_length or max_sequence_length
     if pad_to_length is not None and pad_to_length < max_sequence_length:
         raise ValueError(
@@ -243,7 +264,15 @@ def make_translation_dataset(
             f"length {longest}."
         )
 
-    def tokenize(src, tgt):  # (B,) strings -> ragged (B, None) ids.
+
+def translation_tokenize(src_tokenizer, tgt_tokenizer, max_sequence_length):
+    """(B,) source and target strings -> (source ids, [START] y, y [END], cut).
+
+    The ids are ragged (B, None); sources are cut to `max_sequence_length`
+    pieces and targets to one fewer; the last entry is a (B,) bool "was cut".
+    """
+
+    def tokenize(src, tgt):
         src_ids, src_long = _truncate(src_tokenizer.tokenize(src), max_sequence_length)
         tgt_ids, tgt_long = _truncate(
             tgt_tokenizer.tokenize(tgt), max_sequence_length - 1
@@ -251,18 +280,18 @@ def make_translation_dataset(
         decoder_ids, labels = _add_start_end(tgt_ids)
         return src_ids, decoder_ids, labels, src_long | tgt_long
 
-    columns = tuple(
-        tf.constant(list(c), tf.string) for c in (src_sentences, tgt_sentences)
-    )
-    what = (
-        f"source > {max_sequence_length} or target > {max_sequence_length - 1} tokens"
-    )
-    dataset = _tokenized(columns, tokenize, cache, max_sequence_length, what).map(
-        lambda src, dec, labels, _: (
-            {"encoder_token_ids": src, "decoder_token_ids": dec},
-            labels,
-        )
-    )
+    return tokenize
+
+
+def translation_example(src, dec, labels, _):
+    """`translation_tokenize`'s row -> ({"encoder_token_ids", "decoder_token_ids"}, labels)."""
+    return {"encoder_token_ids": src, "decoder_token_ids": dec}, labels
+
+
+def translation_batcher(max_sequence_length, tokens_per_batch, pad_to_length=None,
+                        drop_remainder=False, boundaries=None, pad_to_bucket_boundary=False):
+    """`batch(dataset)` of translation examples: by length bucket, or padded
+    to `pad_to_length` (the arguments of `make_translation_dataset`)."""
     if pad_to_length is None:
         boundaries = list(boundaries or bucket_boundaries(max_sequence_length))
         # Bucket i holds lengths in [boundaries[i-1], boundaries[i]).
@@ -293,8 +322,7 @@ def make_translation_dataset(
             )
         return dataset
 
-    dataset = _finish(dataset, len(src_sentences), shuffle, seed, repeat, batch)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return batch
 
 
 def make_classification_dataset(
@@ -360,10 +388,7 @@ def make_classification_dataset(
         dataset = _series_dataset(inputs, labels, max_sequence_length)
     else:
 
-        def tokenize(text, label, *weight):  # (B,) strings -> ragged (B, None) ids.
-            ids, too_long = _truncate(tokenizer.tokenize(text), max_sequence_length)
-            return ids, label, *weight, too_long
-
+        tokenize = classification_tokenize(tokenizer, max_sequence_length)
         columns = (tf.constant(list(inputs), tf.string), labels)
         if sample_weight is not None:
             sample_weight = np.asarray(sample_weight, np.float32)
@@ -376,23 +401,45 @@ def make_classification_dataset(
         dataset = _tokenized(columns, tokenize, cache, max_sequence_length, "tokens")
         dataset = dataset.map(lambda ids, label, *rest: ({"token_ids": ids}, label, *rest[:-1]))
 
-    def batch(dataset):
-        if tokenizer is None:
-            dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-        else:
-            shape = [pad_to_length if pad_to_length is not None else None]
-            per_word = getattr(tokenizer, "char_ngrams_per_word", None)
-            shape += [1 + per_word] if per_word else []  # CharNGramTokenizer's packed ids
-            weight_shape = () if sample_weight is None else (list(sample_weight.shape[1:]),)
-            dataset = dataset.padded_batch(
-                batch_size,
-                padded_shapes=({"token_ids": shape}, [], *weight_shape),
-                drop_remainder=drop_remainder,
-            )
-        return dataset
-
+    weight_shape = None if sample_weight is None else list(sample_weight.shape[1:])
+    batch = classification_batcher(tokenizer, batch_size, pad_to_length, drop_remainder,
+                                   weight_shape)
     dataset = _finish(dataset, len(labels), shuffle, seed, repeat, batch)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def classification_tokenize(tokenizer, max_sequence_length):
+    """(B,) strings, labels, weights... -> (ragged ids, labels, weights..., cut)."""
+
+    def tokenize(text, label, *weight):  # (B,) strings -> ragged (B, None) ids.
+        ids, too_long = _truncate(tokenizer.tokenize(text), max_sequence_length)
+        return ids, label, *weight, too_long
+
+    return tokenize
+
+
+def classification_batcher(tokenizer, batch_size, pad_to_length=None, drop_remainder=False,
+                           weight_shape=None):
+    """`batch(dataset)` of classification examples (`make_classification_dataset`'s).
+
+    `weight_shape`: the shape of one example's sample weights, or None
+    without weights.
+    """
+
+    def batch(dataset):
+        if tokenizer is None:
+            return dataset.batch(batch_size, drop_remainder=drop_remainder)
+        shape = [pad_to_length if pad_to_length is not None else None]
+        per_word = getattr(tokenizer, "char_ngrams_per_word", None)
+        shape += [1 + per_word] if per_word else []  # CharNGramTokenizer's packed ids
+        weights = () if weight_shape is None else (weight_shape,)
+        return dataset.padded_batch(
+            batch_size,
+            padded_shapes=({"token_ids": shape}, [], *weights),
+            drop_remainder=drop_remainder,
+        )
+
+    return batch
 
 
 def padding_fraction(dataset, max_batches=None):

@@ -70,6 +70,12 @@ class Stopwatch:
     def __init__(self, started_at=None):
         self.started_at = time.time() if started_at is None else float(started_at)
         self.phases = {}
+        self.marks = {}
+
+    def mark(self, name, at=None):
+        """Notes when `name` first happened (`time.time()` `at`, default now)."""
+        at = time.time() if at is None else at
+        self.marks.setdefault(name, at - self.started_at)
 
     def elapsed(self):
         return time.time() - self.started_at
@@ -88,6 +94,7 @@ class Stopwatch:
 
     def report(self):
         seconds = {f"{k}_seconds": round(v, 1) for k, v in self.phases.items()}
+        seconds.update({f"{k}_at_second": round(v, 1) for k, v in self.marks.items()})
         seconds["total_seconds"] = round(self.elapsed(), 1)
         return seconds
 
@@ -106,12 +113,15 @@ class StepTimer(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.times = []
+        self.first_update_at = None  # the `time.time()` its first update ended
 
     def on_epoch_begin(self, epoch, logs=None):
         self.times = [time.perf_counter()]
 
     def on_train_batch_end(self, batch, logs=None):
         self.times.append(time.perf_counter())
+        if self.first_update_at is None:
+            self.first_update_at = time.time()
 
     def durations(self):
         return np.diff(self.times)
@@ -318,6 +328,7 @@ class TimeBudget:
         config, task, model = session.config, session.task, session.model
         count = min(CALIBRATION_STEPS, max(3, self.max_steps // 4), self.steps_per_epoch)
         timer = _timed_updates(session, datasets.train, count)
+        self.watch.mark("first_update", timer.first_update_at)
         # Steps that saved a checkpoint are slow too: their cost is planned as
         # a save every `checkpoint_every_steps` updates, and one per epoch.
         seconds_save = seconds_per_save(session.checkpoint)

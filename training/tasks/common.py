@@ -8,6 +8,8 @@ import tensorflow as tf
 
 from keras_transformer.models import get_preset
 from keras_transformer.models.transformer_config import PAD_ID
+from training.data.shards import StreamedCorpus
+from training.pipeline.streaming import StreamOptions
 from training.text.tokenizers import (
     CharNGramTokenizer,
     WordPieceTokenizer,
@@ -55,6 +57,20 @@ def learn_or_load_tokenizer(config, run_dir, texts, write=True):
     if write:
         tokenizer.save(vocab_dir)
     return tokenizer
+
+
+def training_rows(split):
+    """The rows (tuples of one value per column) the vocabulary learns from:
+    a streamed corpus's sample, or the whole in-memory split."""
+    columns = split.sample if isinstance(split, StreamedCorpus) else split
+    return list(zip(*columns, strict=True))
+
+
+def stream_options(config, corpus):
+    """The `StreamOptions` of a run's streamed training corpus."""
+    every, lines = corpus.held_out
+    return StreamOptions(seed=config.seed, encoding=config.encoding, held_out_every=every,
+                         held_out_lines=lines)
 
 
 def count_batches(dataset):

@@ -4,18 +4,20 @@ import time
 
 import numpy as np
 
-from training.data import readers
+from training.data import readers, shards
 from training.data.common import TaskData, require_file, resolve_data_dir
-from training.pipeline import datasets
+from training.pipeline import datasets, streaming
 from training.recipe.series import ENSEMBLE_SIZE
 from training.serving.signatures import fill_empty_rows_numpy
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
+    stream_options,
     text_input,
     text_probes,
     token_ids,
+    training_rows,
 )
 from training.tasks.options import TextClassificationOptions
 from training.text.tokenizers import word_ids
@@ -24,6 +26,9 @@ from training.text.tokenizers import word_ids
 #: validates instead of training; a file of fewer than
 #: HOLD_OUT_MIN_SENTENCES sentences validates on its training sentences.
 HOLD_OUT_EVERY, HOLD_OUT_MIN_SENTENCES = 10, 100
+#: A streamed training corpus without a validation file holds out at most
+#: this many sentences (every HOLD_OUT_EVERY-th of its first shard's head).
+HOLD_OUT_MAX = 5000
 
 #: A null `ensemble_size` trains `ENSEMBLE_SIZE` classifiers (the series
 #: task's five) on at most this many training sentences.
@@ -33,6 +38,29 @@ ENSEMBLE_MAX_SENTENCES = 10_000
 def default_ensemble_size(num_sentences):
     """`ENSEMBLE_SIZE` members for at most `ENSEMBLE_MAX_SENTENCES` training sentences, else 1."""
     return ENSEMBLE_SIZE if num_sentences <= ENSEMBLE_MAX_SENTENCES else 1
+
+
+def _read_labelled(paths, encoding):
+    """`readers.read_classification` of one file, or of several as one corpus
+    (class names from all of them)."""
+    if not isinstance(paths, list):
+        return readers.read_classification(require_file(paths, "train file"), encoding=encoding)
+    parts = [readers.read_classification(p, encoding=encoding) for p in paths]
+    texts = [t for part in parts for t in part[0]]
+    labels = [part[2][i] for part in parts for i in part[1]]
+    ids, names = readers.label_ids(labels)
+    return texts, ids, names
+
+
+def _labelled_lines(lines, label_names=None):
+    """(texts, ids, names) of sampled `label<TAB>text` lines; blank lines, and
+    lines with an empty or unknown label, are left out (the stream names
+    their file and line when it reaches them)."""
+    pairs = [readers.split_label(line) for line in lines if line.strip()]
+    pairs = [(label, text) for label, text in pairs
+             if label and (label_names is None or label in label_names)]
+    ids, names = readers.label_ids([label for label, _ in pairs], label_names)
+    return [text for _, text in pairs], ids, names
 
 
 class TextClassification(Task):
@@ -78,7 +106,9 @@ class TextClassification(Task):
         mean of five independently initialised ones is both higher and
         steadier, for five times the compute of a run that takes minutes.
         """
-        return {"ensemble_size": default_ensemble_size(len(data.train[1]))}
+        train = data.train
+        count = train.num_examples if isinstance(train, shards.StreamedCorpus) else len(train[1])
+        return {"ensemble_size": default_ensemble_size(count)}
 
     # --- data -------------------------------------------------------------------
 
@@ -103,9 +133,15 @@ class TextClassification(Task):
                 "use sst2, trec or files."
             )
         train_file, valid_file, test_file = files
-        texts, labels, names = readers.read_classification(
-            require_file(train_file, "train file"), encoding=config.encoding
-        )
+        summary = None
+        if config.dataset == "files":
+            columns, streamed = shards.stream_or_read([train_file], "train",
+                                                      config.in_memory_limit_mb)
+            if streamed:
+                return self._streamed(config, columns, valid_file, test_file)
+            summary = shards.total_bytes(columns)
+            train_file = columns[0][0] if len(columns[0]) == 1 else columns[0]
+        texts, labels, names = _read_labelled(train_file, config.encoding)
 
         def ensemble(count):
             return config.ensemble_size or default_ensemble_size(count)
@@ -149,13 +185,63 @@ class TextClassification(Task):
             splits.append((t, np.asarray(y, "int32")))
         if len(splits) == 2:
             splits.append(splits[1])
-        return TaskData(*splits, label_names=[str(n) for n in names])
+        if summary is not None:  # the bytes read
+            summary = shards.in_memory_line(len(texts), summary, config.in_memory_limit_mb)
+        return TaskData(*splits, label_names=[str(n) for n in names], summary=summary)
+
+    def _streamed(self, config, columns, valid_file, test_file):
+        """`TaskData` of a streamed training corpus (`StreamedCorpus`).
+
+        Class names are those of the sample (a line of another class stops
+        the stream, naming it); without a validation file every
+        `HOLD_OUT_EVERY`-th line of the first shard's head validates (and the
+        stream leaves it out); cross-fitting is refused (it weights each
+        example by its index in the corpus).
+        """
+        corpus, held = shards.streamed_corpus(
+            columns, config.vocabulary_sample_lines, config.seed, config.encoding,
+            hold_out=(HOLD_OUT_EVERY, HOLD_OUT_MAX) if valid_file is None else None,
+        )
+        members = config.ensemble_size or default_ensemble_size(corpus.num_examples)
+        if config.cross_fit and members > 1:
+            raise ValueError(
+                f"cross_fit=true with an ensemble of {members} needs the training file "
+                "in memory; it is streamed (over in_memory_limit_mb="
+                f"{config.in_memory_limit_mb:g}): set cross_fit=false or ensemble_size=1."
+            )
+        texts, labels, names = _labelled_lines(corpus.sample[0])
+        corpus.sample = (texts, np.asarray(labels, "int32"))
+        self.cross_fit_members = None
+        splits = [corpus]
+        if held is not None:
+            held_texts, held_labels, _ = _labelled_lines(held[0], names)
+            splits.append((held_texts, np.asarray(held_labels, "int32")))
+        for path, what in ((valid_file, "valid file"), (test_file, "test file")):
+            if path is not None:
+                t, y, _ = readers.read_classification(
+                    require_file(path, what), label_names=names, encoding=config.encoding)
+                splits.append((t, np.asarray(y, "int32")))
+        if len(splits) == 2:
+            splits.append(splits[1])
+        return TaskData(*splits, label_names=names,
+                        summary=corpus.describe(config.in_memory_limit_mb))
 
     def prepare(self, config, data, run_dir, write=True):
         super().prepare(config, data, run_dir, write)
-        self.tokenizer = learn_or_load_tokenizer(config, run_dir, list(data.train[0]), write)
+        rows = shards.seeded_sample(training_rows(data.train), config.vocabulary_sample_lines,
+                                    config.seed)
+        texts = [row[0] for row in rows]
+        self.tokenizer = learn_or_load_tokenizer(config, run_dir, texts, write)
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        if isinstance(split, shards.StreamedCorpus):
+            dataset = streaming.make_classification_stream(
+                (split.columns, split.compressions), self.tokenizer, self.label_names,
+                {"max_sequence_length": config.max_sequence_length,
+                 "batch_size": config.batch_size},
+                stream_options(config, split), repeat=repeat, passes=split.pass_lengths,
+            )
+            return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
         weights = None
         if training and len(split) == 3:  # cross-fitted: member i leaves out fold i
             weights = split[2][:, None] != np.arange(self.cross_fit_members)[None, :]

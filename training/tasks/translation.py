@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.models import Transformer
-from training.data import readers, toy
+from training.data import readers, shards, toy
 from training.data.common import TaskData, require_file, resolve_data_dir
 from training.monitor.evaluation import (
     DECODE_BATCH,
@@ -22,7 +22,7 @@ from training.monitor.tensorboard import (
     ValidationBleu,
     attention_example,
 )
-from training.pipeline import datasets
+from training.pipeline import datasets, streaming
 from training.recipe import budget
 from training.recipe.losses import (
     MaskedAccuracy,
@@ -35,9 +35,11 @@ from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
     preset_config,
+    stream_options,
     text_input,
     text_probes,
     token_ids,
+    training_rows,
 )
 from training.tasks.options import TranslationOptions
 from training.text.detokenize import detokenize_ids
@@ -144,24 +146,62 @@ class Translation(Task):
             raise ValueError(
                 f"dataset={config.dataset!r} is not a translation dataset; use toy, multi30k or files."
             )
-        read = []
+        read, summary = [], None
         for name, pair in zip(("train", "valid", "test"), splits, strict=True):
+            if name == "valid" and len(read) == 2:  # held out of a streamed corpus
+                continue
             if pair is None:
                 read.append(None)
                 continue
             if len(pair) != 2:
                 raise ValueError(f"{name}_files must be (source, target); received {pair!r}.")
+            if config.dataset == "files" and name == "train":
+                columns, streamed = shards.stream_or_read(pair, name, config.in_memory_limit_mb)
+                if streamed:
+                    corpus, held = self._streamed(config, columns, hold_out=splits[1] is None)
+                    read.append(corpus)
+                    summary = corpus.describe(config.in_memory_limit_mb)
+                    if held is not None:
+                        read.append(held)
+                    continue
+                pairs = [readers.read_parallel(s, t, encoding=config.encoding)
+                         for s, t in zip(*columns, strict=True)]
+                read.append(tuple(sum((list(p[side]) for p in pairs), []) for side in (0, 1)))
+                summary = shards.in_memory_line(len(read[0][0]), shards.total_bytes(columns),
+                                                config.in_memory_limit_mb)
+                continue
             source, target = (require_file(p, f"{name} file") for p in pair)
             read.append(readers.read_parallel(source, target, encoding=config.encoding))
         if read[1] is None:  # files without valid_files
             read[0], read[1] = held_out_pairs(read[0])
         if read[2] is None:  # without test_files, the validation pairs test
             read[2] = read[1]
-        return TaskData(*read)
+        return TaskData(*read, summary=summary)
+
+    @staticmethod
+    def _streamed(config, columns, hold_out):
+        """(`StreamedCorpus` of the training shards, held-out pairs or None).
+
+        Without validation files, one pair in `HOLD_OUT_EVERY` of the first
+        shard's head validates (at most `HOLD_OUT_MAX`), and the stream
+        leaves it out; a corpus of fewer than `HOLD_OUT_MIN_PAIRS` pairs
+        validates on its sample.
+        """
+        corpus, held = shards.streamed_corpus(
+            columns, config.vocabulary_sample_lines, config.seed, config.encoding,
+            hold_out=(HOLD_OUT_EVERY, HOLD_OUT_MAX) if hold_out else None,
+        )
+        if hold_out and corpus.num_examples + len(held[0]) < HOLD_OUT_MIN_PAIRS:
+            corpus, _ = shards.streamed_corpus(
+                columns, config.vocabulary_sample_lines, config.seed, config.encoding)
+            held = tuple(list(side) for side in corpus.sample)
+        return corpus, held
 
     def prepare(self, config, data, run_dir, write=True):
         super().prepare(config, data, run_dir, write)
-        texts = list(data.train[0]) + list(data.train[1])
+        pairs = training_rows(data.train)
+        pairs = shards.seeded_sample(pairs, config.vocabulary_sample_lines, config.seed)
+        texts = [source for source, _ in pairs] + [target for _, target in pairs]
         self.tokenizer = learn_or_load_tokenizer(config, run_dir, texts, write)
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
@@ -172,6 +212,15 @@ class Translation(Task):
             # incomplete batches, so that each bucket has one shape.
             static = dict(pad_to_bucket_boundary=True, boundaries=self._boundaries(config),
                           drop_remainder=training)
+        if isinstance(split, shards.StreamedCorpus):
+            datasets.check_translation_sizes(config.max_sequence_length,
+                                             config.tokens_per_batch, None)
+            return streaming.make_translation_stream(
+                (split.columns, split.compressions), (self.tokenizer, self.tokenizer),
+                config.max_sequence_length, {"tokens_per_batch": config.tokens_per_batch,
+                                             **static},
+                stream_options(config, split), repeat=repeat, passes=split.pass_lengths,
+            )
         return datasets.make_translation_dataset(
             split[0], split[1], self.tokenizer, self.tokenizer, config.max_sequence_length,
             config.tokens_per_batch, seed=config.seed, shuffle=shuffle, repeat=repeat,
