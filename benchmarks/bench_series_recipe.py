@@ -97,6 +97,8 @@ def minirocket(train, test, seed, threads):
     from sktime.transformations.panel.rocket import MiniRocket, MiniRocketMultivariate
 
     (x, y), (tx, ty) = read_split(train), read_split(test)
+    if np.isnan(x).any() or np.isnan(tx).any():  # series of their own lengths
+        return _minirocket_variable(x, y, tx, ty, seed, threads)
     x, tx = np.transpose(x, (0, 2, 1)), np.transpose(tx, (0, 2, 1))  # sktime: (N, C, T)
     transform = MiniRocket if x.shape[1] == 1 else MiniRocketMultivariate
     start = time.perf_counter()
@@ -108,6 +110,51 @@ def minirocket(train, test, seed, threads):
     ridge.fit(scaler.fit_transform(features.fit_transform(x.astype(np.float64))), y)
     predicted = ridge.predict(scaler.transform(features.transform(tx.astype(np.float64))))
     return float(np.mean(predicted == ty)), time.perf_counter() - start
+
+
+def _lengths(series):
+    """(N,) steps of each NaN-padded series: 1 + its last step with a known value."""
+    known = ~np.isnan(series).all(axis=2)  # (N, T)
+    return np.where(known.any(axis=1), series.shape[1] - np.argmax(known[:, ::-1], axis=1), 0)
+
+
+def _nested(series):
+    """NaN-padded (N, T, C) -> sktime's nested DataFrame of each series' own steps."""
+    import pandas as pd
+
+    return pd.DataFrame([[pd.Series(row[:n, c]) for c in range(series.shape[2])]
+                         for row, n in zip(series, _lengths(series), strict=True)])
+
+
+def _zero_padded(x, tx):
+    """Both splits NaN-padded to one length, NaN -> 0 (1-NN's Euclidean distance)."""
+    length = max(x.shape[1], tx.shape[1])
+    pad = [np.pad(a, ((0, 0), (0, length - a.shape[1]), (0, 0)), constant_values=np.nan)
+           for a in (x, tx)]
+    return tuple(np.nan_to_num(a, nan=0.0) for a in pad)
+
+
+def _minirocket_variable(x, y, tx, ty, seed, threads):
+    """MiniRocket for series of unequal lengths: sktime's
+    `MiniRocketMultivariateVariable` on each series' own steps (one shorter
+    than its kernels padded with zeros, `pad_value_short_series=0`)."""
+    from sklearn.linear_model import RidgeClassifierCV
+    from sklearn.preprocessing import StandardScaler
+    from sktime.transformations.panel.rocket import MiniRocketMultivariateVariable
+
+    start = time.perf_counter()
+    features = MiniRocketMultivariateVariable(random_state=seed, n_jobs=threads or 1,
+                                              pad_value_short_series=0.0)
+    scaler = StandardScaler(with_mean=False)
+    ridge = RidgeClassifierCV(alphas=np.logspace(-3, 3, 10))
+    ridge.fit(scaler.fit_transform(features.fit_transform(_nested(x))), y)
+    predicted = ridge.predict(scaler.transform(features.transform(_nested(tx))))
+    return float(np.mean(predicted == ty)), time.perf_counter() - start
+
+
+def _nearest_neighbour_padded(x, y, tx, ty):
+    padded_x, padded_tx = _zero_padded(x, tx)
+    return nearest_neighbour_accuracy(padded_x, y, padded_tx, ty)
 
 
 def run(name, train, test, config, seed, threads):
@@ -125,7 +172,10 @@ def run(name, train, test, config, seed, threads):
         "train_eval_seconds": round(metrics["train_seconds"] + metrics["eval_seconds"], 1),
         "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
         "minirocket": rocket_accuracy, "minirocket_seconds": round(rocket_seconds, 2),
-        "nearest_neighbour": nearest_neighbour_accuracy(x, y, tx, ty),
+        # Series of unequal lengths: zero-padded to the longest for 1-NN.
+        "nearest_neighbour": _nearest_neighbour_padded(x, y, tx, ty)
+        if np.isnan(x).any() or np.isnan(tx).any()
+        else nearest_neighbour_accuracy(x, y, tx, ty),
         "inception_time": INCEPTION_TIME_UCR128.get(name),
         "steps": metrics["steps"], "from_data": metrics["from_data"],
         "load_average": os.getloadavg(),

@@ -20,6 +20,7 @@ package reads `.ts` files without it (`training.data.series_files.read_ts`).
 
 import argparse
 import os
+import shutil
 
 import numpy as np
 
@@ -42,6 +43,14 @@ def write_split(name, split, out_dir):
     """Reads one split with sktime and writes it to `out_dir/name/name_SPLIT.ts`."""
     from sktime.datasets import load_from_tsfile, write_ndarray_to_tsfile
 
+    with open(shipped_file(name, split), encoding="utf-8") as f:
+        equal = not any(line.lower().startswith("@equallength false") for line in f)
+    if not equal:  # series of their own lengths: sktime's own file, as it is
+        path = os.path.join(out_dir, name, f"{name}_{split}.ts")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.copyfile(shipped_file(name, split), path)
+        print(f"{path}: sktime's copy (series of unequal lengths)")
+        return path
     series, labels = load_from_tsfile(shipped_file(name, split), return_data_type="numpy3D")
     # sktime's reader lowercases the labels; the shipped header has them in
     # their own spelling and order, which the written file keeps.
@@ -63,7 +72,7 @@ def write_split(name, split, out_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--name", nargs="+", default=["BasicMotions"],
-                        help="equal-length sets sktime ships (default BasicMotions)")
+                        help="sets sktime ships (default BasicMotions); one of unequal lengths is copied as it is")
     parser.add_argument("--out", required=True, help="folder to write NAME/NAME_SPLIT.ts in")
     args = parser.parse_args()
     for name in args.name:

@@ -170,8 +170,13 @@ class SeriesClassification(Task):
         return np.array([index[file_names[i]] for i in ids], "int32")
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        length = config.max_sequence_length
+        if config.series_stem == "random_kernels":
+            # The stem's tokens are windows of each series' own length: a
+            # longer test series is read whole, not cut to the training's T.
+            length = max(length, int(np.shape(split[0])[1]))
         dataset = datasets.make_classification_dataset(
-            split[0], split[1], max_sequence_length=config.max_sequence_length,
+            split[0], split[1], max_sequence_length=length,
             batch_size=config.batch_size, seed=config.seed, shuffle=shuffle, repeat=repeat,
         )
         num_classes = config.num_classes or len(self.label_names or ()) or int(max(split[1]) + 1)
