@@ -135,13 +135,18 @@ def test_a_changed_file_tokenizer_or_length_does_not_match(tmp_path):
         get_task("translation").load_data(config, str(tmp_path))
 
 
-def test_a_missing_or_truncated_shard_is_named(tmp_path):
+def test_a_missing_truncated_or_corrupt_shard_is_named(tmp_path):
     patterns = _shard(tmp_path, _pairs(200), 2)
     config = _config(patterns)
     output = tmp_path / "prepared"
     prepare_corpus(config, output, num_shards=2)
     config = config.replace(prepared_dir=str(output))
     shard = output / prepared.shard_name(1, 2)
+    flipped = bytearray(shard.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF  # same size, a record's CRC fails
+    shard.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match=f"{shard.name}' is corrupt .*corrupted record"):
+        get_task("translation").load_data(config, str(tmp_path))
     shard.write_bytes(shard.read_bytes()[:-10])
     with pytest.raises(ValueError, match=f"{shard.name}' has .* bytes where the manifest"):
         get_task("translation").load_data(config, str(tmp_path))

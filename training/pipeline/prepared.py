@@ -262,7 +262,13 @@ def differences(manifest, columns, settings):
 
 
 def check_shards(directory, manifest):
-    """Raises FileNotFoundError / ValueError naming a missing or resized shard."""
+    """Raises FileNotFoundError / ValueError naming a missing, resized or corrupt shard.
+
+    Sizes are compared with the manifest's; then every record is read
+    once (its CRCs checked by `tf.data`, in the graph: seconds a GB) and
+    counted, since a bad record met during training would stop the run
+    without naming its file.
+    """
     for shard in manifest["shards"]:
         path = os.path.join(directory, shard["file"])
         if not os.path.isfile(path):
@@ -273,6 +279,15 @@ def check_shards(directory, manifest):
             raise ValueError(f"Prepared shard {path!r} has {size} bytes where the manifest "
                              f"says {shard['bytes']}: it is truncated or corrupt; prepare "
                              "the corpus again.")
+        try:
+            count = int(tf.data.TFRecordDataset(path).reduce(
+                tf.constant(0, tf.int64), lambda n, _: n + 1))
+        except tf.errors.DataLossError as error:
+            raise ValueError(f"Prepared shard {path!r} is corrupt ({error.message.strip()}); "
+                             "prepare the corpus again.") from None
+        if count != shard["examples"]:
+            raise ValueError(f"Prepared shard {path!r} holds {count} records where the "
+                             f"manifest says {shard['examples']}; prepare the corpus again.")
 
 
 def open_prepared(directory, corpus, settings):
