@@ -206,3 +206,19 @@ def test_the_command_line_errors_are_one_line(tmp_path, capsys):
         ["train", "--config", "translation", "--run-dir", str(tmp_path / "run"), "--set",
          "train_files=" + json.dumps(list(patterns)), "--set",
          f"prepared_dir={json.dumps(str(output))}"])
+
+
+@pytest.mark.slow
+def test_a_run_trains_from_a_prepared_corpus(tmp_path, capsys):
+    patterns = _shard(tmp_path, _pairs(300), 3)
+    assert _prepare_cli(patterns, tmp_path / "prepared", "--shards", "2") == 0
+    argv = ["train", "--config", "translation", "--run-dir", str(tmp_path / "run"),
+            "--set", "train_files=" + json.dumps(list(patterns)), "--set", "vocabulary_size=120",
+            "--set", f"max_sequence_length={MAX_LENGTH}", "--set", "model_preset=tiny",
+            "--set", "steps_per_epoch=3", "--set", "eval_sentences=0",
+            "--set", f"prepared_dir={json.dumps(str(tmp_path / 'prepared'))}"]
+    assert commands.main([*argv, "--set", "epochs=2"]) == 0
+    out = capsys.readouterr().out
+    assert "298 examples tokenized in 2 shards of the prepared corpus" in out
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["steps"] == 6 and metrics["valid_loss"] > 0
