@@ -79,6 +79,11 @@ def test_a_run_from_the_prepared_corpus_sees_the_streamed_examples(tmp_path):
     assert data.valid == streamed.valid  # the same pairs held out to validate
     first = task.make_dataset(config, data.train, shuffle=True)
     assert _rows(first) == from_text and sum(from_text.values()) == 298
+    # The length of a pass is counted from the manifest, not estimated.
+    steps, batch_tokens = first.pass_size
+    assert steps == sum(1 for _ in first)
+    assert batch_tokens == pytest.approx(
+        sum(int(tf.math.count_nonzero(y)) for _, y in first) / steps)
     # Each pass of the endless stream holds them all again, in another order.
     stream = task.make_dataset(config, data.train, shuffle=True, repeat=True)
     batches = [b for b, _ in zip(stream, range(200), strict=False)]
@@ -222,3 +227,17 @@ def test_a_run_trains_from_a_prepared_corpus(tmp_path, capsys):
     assert "298 examples tokenized in 2 shards of the prepared corpus" in out
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["steps"] == 6 and metrics["valid_loss"] > 0
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_the_pass_size_is_the_batches_of_a_pass(tmp_path, jit_compile):
+    patterns = _shard(tmp_path, _pairs(500, seed=3), 2)
+    config = _config(patterns, max_sequence_length=32, tokens_per_batch=200,
+                     jit_compile=jit_compile)
+    prepare_corpus(config, tmp_path / "prepared", num_shards=3)
+    config = config.replace(prepared_dir=str(tmp_path / "prepared"))
+    task, data = _run_data(config, tmp_path / "run")
+    # jit_compile: coarse buckets, padded to their boundary, incomplete
+    # batches of the training stream dropped.
+    stream = task.make_dataset(config, data.train, shuffle=True, training=True)
+    assert stream.pass_size[0] == sum(1 for _ in stream)

@@ -28,10 +28,12 @@ written into a temporary sibling and renamed into place with its manifest
 in it, so a killed prepare leaves no `prepared.json` at the target.
 """
 
+import bisect
 import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -108,7 +110,7 @@ def _int64s(values):
 
 
 def translation_records(corpus, tokenizer, max_sequence_length, options):
-    """(serialized `tf.train.Example`s, their token counts) of the first pass of a
+    """(serialized `tf.train.Example`, its token counts, its length) of the first pass of a
     streamed translation corpus, tokenized and cut as the text stream does."""
     tokenize = datasets.translation_tokenize(tokenizer, tokenizer, max_sequence_length)
     lines = streaming.line_pass(corpus.columns, corpus.compressions, options,
@@ -120,11 +122,12 @@ def translation_records(corpus, tokenizer, max_sequence_length, options):
             example = tf.train.Example(features=tf.train.Features(feature={
                 "source": _int64s(src), "target": _int64s(tgt)}))
             yield example.SerializeToString(), {"source_tokens": len(src),
-                                                "target_tokens": len(tgt)}
+                                                "target_tokens": len(tgt)}, max(
+                len(src), len(tgt) + 1)  # the bucketing length
 
 
 def classification_records(corpus, tokenizer, label_names, max_sequence_length, options):
-    """(serialized `tf.train.Example`s, their token counts) of the first pass of a
+    """(serialized `tf.train.Example`, its token counts, its length) of the first pass of a
     streamed text classification corpus, parsed and cut as the text stream does."""
     options = dataclasses.replace(options, blank_lines="skip")
     paths = tf.constant(corpus.columns[0], tf.string)
@@ -139,23 +142,25 @@ def classification_records(corpus, tokenizer, label_names, max_sequence_length, 
             flat = tf.nest.flatten(tokens)
             example = tf.train.Example(features=tf.train.Features(feature={
                 "token_ids": _int64s(flat), "label": _int64s([label])}))
-            yield example.SerializeToString(), {"tokens": len(tokens)}
+            yield example.SerializeToString(), {"tokens": len(tokens)}, len(tokens)
 
 
 def write_prepared(target, records, manifest, tokenizer, num_shards, overwrite=False):
     """Writes `records` round-robin into `num_shards` TFRecord files, the
-    tokenizer into `vocab/` and `manifest` (with the counts added) into
-    `prepared.json`, all at once (`staged_directory`).  Returns the manifest."""
+    tokenizer into `vocab/` and `manifest` (with the counts and the
+    examples per length added) into `prepared.json`, all at once
+    (`staged_directory`).  Returns the manifest."""
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"--shards must be a positive integer; received {num_shards!r}.")
     with staged_directory(target, overwrite) as folder:
         names = [shard_name(i, num_shards) for i in range(num_shards)]
-        counts = {"examples": 0}
+        counts, lengths = {"examples": 0}, {}
         per_shard = [0] * num_shards
         writers = [tf.io.TFRecordWriter(os.path.join(folder, n)) for n in names]
         try:
-            for index, (record, tokens) in enumerate(records):
+            for index, (record, tokens, length) in enumerate(records):
                 writers[index % num_shards].write(record)
+                lengths[length] = lengths.get(length, 0) + 1
                 per_shard[index % num_shards] += 1
                 counts["examples"] += 1
                 for key, value in tokens.items():
@@ -164,7 +169,8 @@ def write_prepared(target, records, manifest, tokenizer, num_shards, overwrite=F
             for writer in writers:
                 writer.close()
         tokenizer.save(os.path.join(folder, "vocab"))
-        manifest = dict(manifest, format_version=FORMAT_VERSION, counts=counts, shards=[
+        manifest = dict(manifest, format_version=FORMAT_VERSION, counts=counts,
+                        lengths={str(n): lengths[n] for n in sorted(lengths)}, shards=[
             {"file": n, "examples": c, "bytes": os.path.getsize(os.path.join(folder, n))}
             for n, c in zip(names, per_shard, strict=True)
         ])
@@ -318,6 +324,37 @@ def _parse_translation(record):
     decoder = tf.concat([[START_ID], target], 0)
     labels = tf.concat([target, [END_ID]], 0)
     return {"encoder_token_ids": source, "decoder_token_ids": decoder}, labels
+
+
+def translation_pass_size(manifest, max_sequence_length, tokens_per_batch, boundaries=None,
+                          drop_remainder=False, pad_to_bucket_boundary=False):
+    """(batches in one pass, mean target tokens per batch) of a prepared
+    translation corpus batched as `datasets.translation_batcher` batches it.
+
+    Exact whatever the shuffle: a pass is bucketed whole, and each length
+    bucket gives ceil(examples / its batch size) batches (floor when
+    incomplete batches are dropped), so the manifest's examples per length
+    tell it without reading the shards.
+    """
+    del pad_to_bucket_boundary  # pads the batches; their number is the same
+    boundaries = list(boundaries or datasets.bucket_boundaries(max_sequence_length))
+    longest_per_bucket = [b - 1 for b in boundaries] + [max_sequence_length]
+    batch_sizes = [max(1, tokens_per_batch // n) for n in longest_per_bucket]
+    per_bucket = [0] * len(batch_sizes)
+    for length, count in manifest["lengths"].items():
+        per_bucket[bisect.bisect_right(boundaries, int(length))] += count
+    round_batches = math.floor if drop_remainder else math.ceil
+    steps = sum(round_batches(n / size) for n, size in zip(per_bucket, batch_sizes,
+                                                              strict=True))
+    counts = manifest["counts"]
+    return max(1, steps), (counts["target_tokens"] + counts["examples"]) / max(1, steps)
+
+
+def classification_pass_size(manifest, batch_size):
+    """(batches in one pass, mean tokens per batch) of a prepared text
+    classification corpus: exact, from the manifest's counts."""
+    steps = max(1, math.ceil(manifest["counts"]["examples"] / batch_size))
+    return steps, manifest["counts"]["tokens"] / steps
 
 
 def translation_stream(corpus, max_sequence_length, batching, options, repeat=True,

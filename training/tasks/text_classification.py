@@ -258,7 +258,10 @@ class TextClassification(Task):
             dataset = prepared.classification_stream(
                 split, self.tokenizer, config.batch_size, stream_options(config, split),
                 repeat=repeat, passes=split.pass_lengths)
-            return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
+            dataset = dataset.map(lambda x, *rest: (x["token_ids"], *rest))
+            dataset.pass_size = prepared.classification_pass_size(split.manifest,
+                                                                  config.batch_size)
+            return dataset
         if isinstance(split, shards.StreamedCorpus):
             dataset = streaming.make_classification_stream(
                 (split.columns, split.compressions), self.tokenizer, self.label_names,

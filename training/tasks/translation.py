@@ -228,11 +228,14 @@ class Translation(Task):
                           drop_remainder=training)
         if isinstance(split, prepared.PreparedCorpus):
             split.check_tokenizer(self.tokenizer)
-            return prepared.translation_stream(
-                split, config.max_sequence_length,
-                {"tokens_per_batch": config.tokens_per_batch, **static},
-                stream_options(config, split), repeat=repeat, passes=split.pass_lengths,
+            batching = {"tokens_per_batch": config.tokens_per_batch, **static}
+            stream = prepared.translation_stream(
+                split, config.max_sequence_length, batching, stream_options(config, split),
+                repeat=repeat, passes=split.pass_lengths,
             )
+            stream.pass_size = prepared.translation_pass_size(
+                split.manifest, config.max_sequence_length, **batching)
+            return stream
         if isinstance(split, shards.StreamedCorpus):
             datasets.check_translation_sizes(config.max_sequence_length,
                                              config.tokens_per_batch, None)
