@@ -8,7 +8,7 @@
     python -m training predict --run-dir runs/toy "he bought forty two books" [--beam 4]
     python -m training predict --saved-model exported/translator/1 --input sentences.txt
     python -m training presets
-    python -m training prepare --config wmt --set train_files=... --output prepared/ [--shards 8]
+    python -m training prepare --config translation --set train_files=... --output prepared/wmt
     python -m training train --help              # every config field, documented
     python -m training train --config trec --help  # the common fields and trec's task's
 
