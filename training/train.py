@@ -231,7 +231,9 @@ def _datasets(config, task, data):
     """The run's `_Datasets`."""
     stream = task.make_dataset(config, data.train, shuffle=True, repeat=True, training=True)
     valid = task.make_dataset(config, data.valid, shuffle=False)
-    if isinstance(data.train, StreamedCorpus):
+    if getattr(stream, "pass_size", None):  # a prepared corpus: counted when prepared
+        steps, batch_tokens = stream.pass_size
+    elif isinstance(data.train, StreamedCorpus):
         steps, batch_tokens = _estimated_pass(config, task, data.train)
     else:
         # A pass of the stream ends where its first `num_examples` are seen,

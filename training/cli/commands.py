@@ -8,6 +8,7 @@
     python -m training predict --run-dir runs/toy "he bought forty two books" [--beam 4]
     python -m training predict --saved-model exported/translator/1 --input sentences.txt
     python -m training presets
+    python -m training prepare --config translation --set train_files=... --output prepared/wmt
     python -m training train --help              # every config field, documented
     python -m training train --config trec --help  # the common fields and trec's task's
 
@@ -74,6 +75,20 @@ def _parser(task=None):
     evaluate = sub.add_parser("evaluate", help="print a finished run's metrics")
     evaluate.add_argument("--run-dir", required=True)
     presets = sub.add_parser("presets", help="list the config presets, one line each")
+    prepare = sub.add_parser(
+        "prepare", help="tokenize a dataset=files training corpus once, into TFRecord shards",
+        description="Learns the vocabulary as `train` would with the same config, and writes "
+        "the training files tokenized into --output (shards, vocab/, prepared.json). A run "
+        "reads them with --set prepared_dir=OUTPUT.",
+    )  # fmt: skip
+    prepare.add_argument("--config", default="toy",
+                         help="preset name (see `presets`) or path to a JSON config")
+    prepare.add_argument("--task", help="the config's task (as --set task=TASK)")
+    prepare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config field (JSON value); repeatable")
+    prepare.add_argument("--output", required=True, help="the folder to write")
+    prepare.add_argument("--shards", type=int, default=8, help="TFRecord files (default 8)")
+    prepare.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     predict = sub.add_parser(
         "predict", help="answer raw inputs with a finished run or an exported SavedModel",
         description="One output line per input: a translation, or label<TAB>probability. "
@@ -88,7 +103,7 @@ def _parser(task=None):
     predict.add_argument("--beam", type=int, default=1,
                          help="beams of a translator (default 1: greedy; a SavedModel has 4)")
     predict.add_argument("--batch-size", type=int, default=64, help="inputs per model call")
-    add_debug_flag(parser, (train, main, evaluate, presets, predict))
+    add_debug_flag(parser, (train, main, evaluate, presets, predict, prepare))
     return parser
 
 
@@ -117,6 +132,13 @@ def _run(args):
 
     overrides = ([f"task={args.task}"] if args.task else []) + args.set
     config = load_config(args.config, overrides)
+    if args.command == "prepare":
+        from training.runs.prepare import prepare_corpus
+
+        manifest = prepare_corpus(config, args.output, args.shards, overwrite=args.overwrite)
+        counts = ", ".join(f"{n} {key}" for key, n in manifest["counts"].items())
+        print(f"Prepared {args.output}: {counts} in {len(manifest['shards'])} shards.")
+        return 0
     if args.command == "train":
         if not args.run_dir:
             print("error: --run-dir is required", file=sys.stderr)

@@ -211,6 +211,39 @@ def line_pass(columns, compressions, options, epoch):
     )
 
 
+def record_pass(paths, options, epoch):
+    """One pass of the records of prepared TFRecord shards (`training.pipeline.prepared`).
+
+    As `line_pass` reads text shards: the shards' order is shuffled with
+    the seed `(options.seed, epoch)`, this reader takes `shard_index::num_shards`
+    of it, and `cycle_length` shards are interleaved.
+    """
+    files = tf.constant(list(paths), tf.string)
+    order = tf.random.experimental.stateless_shuffle(
+        tf.range(len(paths), dtype=tf.int64), seed=tf.stack([tf.constant(options.seed, tf.int64),
+                                                             epoch]))
+    order = order[options.shard_index::options.num_shards]
+    return tf.data.Dataset.from_tensor_slices(order).interleave(
+        lambda shard: tf.data.TFRecordDataset(tf.gather(files, shard), buffer_size=1 << 20),
+        cycle_length=min(len(paths), options.cycle_length),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+    )
+
+
+def make_record_stream(paths, parse, batch, options, repeat=True, passes=None):
+    """Batches of prepared shards: `record_pass`, `parse` (a serialized record
+    -> one example), the same block shuffle as the text streams, then `batch`.
+
+    `repeat` and `passes` are `make_translation_stream`'s.
+    """
+    def one_pass(epoch):
+        examples = record_pass(paths, options, epoch).map(
+            parse, num_parallel_calls=tf.data.AUTOTUNE)
+        return batch(_shuffled(examples, options, epoch))
+
+    return _passes(one_pass, repeat, passes)
+
+
 class PassLengths:
     """The batches in each pass of a stream, recorded as the stream reads them.
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from training.data import readers, shards
 from training.data.common import TaskData, require_file, resolve_data_dir
-from training.pipeline import datasets, streaming
+from training.pipeline import datasets, prepared, streaming
 from training.recipe.series import ENSEMBLE_SIZE
 from training.serving.signatures import fill_empty_rows_numpy
 from training.tasks import classifiers
@@ -137,8 +137,14 @@ class TextClassification(Task):
         if config.dataset == "files":
             columns, streamed = shards.stream_or_read([train_file], "train",
                                                       config.in_memory_limit_mb)
-            if streamed:
-                return self._streamed(config, columns, valid_file, test_file)
+            if streamed or config.prepared_dir:
+                data = self._streamed(config, columns, valid_file, test_file)
+                if config.prepared_dir:
+                    data.train = prepared.open_prepared(
+                        config.prepared_dir, data.train,
+                        self.prepared_settings(config, data.train, data.label_names))
+                    data.summary = data.train.describe(config.in_memory_limit_mb)
+                return data
             summary = shards.total_bytes(columns)
             train_file = columns[0][0] if len(columns[0]) == 1 else columns[0]
         texts, labels, names = _read_labelled(train_file, config.encoding)
@@ -226,6 +232,19 @@ class TextClassification(Task):
         return TaskData(*splits, label_names=names,
                         summary=corpus.describe(config.in_memory_limit_mb))
 
+    @staticmethod
+    def prepared_settings(config, corpus, label_names):
+        """What a prepared corpus (`training.pipeline.prepared`) must share with a run."""
+        return {"task": "classification", "max_sequence_length": config.max_sequence_length,
+                "encoding": config.encoding, "held_out": list(corpus.held_out),
+                "label_names": [str(n) for n in label_names]}
+
+    def prepared_records(self, config, corpus):
+        """The tokenized records `python -m training prepare` writes of `corpus`."""
+        return prepared.classification_records(
+            corpus, self.tokenizer, self.label_names, config.max_sequence_length,
+            stream_options(config, corpus))
+
     def prepare(self, config, data, run_dir, write=True):
         super().prepare(config, data, run_dir, write)
         rows = shards.seeded_sample(training_rows(data.train), config.vocabulary_sample_lines,
@@ -234,6 +253,15 @@ class TextClassification(Task):
         self.tokenizer = learn_or_load_tokenizer(config, run_dir, texts, write)
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
+        if isinstance(split, prepared.PreparedCorpus):
+            split.check_tokenizer(self.tokenizer)
+            dataset = prepared.classification_stream(
+                split, self.tokenizer, config.batch_size, stream_options(config, split),
+                repeat=repeat, passes=split.pass_lengths)
+            dataset = dataset.map(lambda x, *rest: (x["token_ids"], *rest))
+            dataset.pass_size = prepared.classification_pass_size(split.manifest,
+                                                                  config.batch_size)
+            return dataset
         if isinstance(split, shards.StreamedCorpus):
             dataset = streaming.make_classification_stream(
                 (split.columns, split.compressions), self.tokenizer, self.label_names,

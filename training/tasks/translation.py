@@ -22,7 +22,7 @@ from training.monitor.tensorboard import (
     ValidationBleu,
     attention_example,
 )
-from training.pipeline import datasets, streaming
+from training.pipeline import datasets, prepared, streaming
 from training.recipe import budget
 from training.recipe.losses import (
     MaskedAccuracy,
@@ -157,8 +157,11 @@ class Translation(Task):
                 raise ValueError(f"{name}_files must be (source, target); received {pair!r}.")
             if config.dataset == "files" and name == "train":
                 columns, streamed = shards.stream_or_read(pair, name, config.in_memory_limit_mb)
-                if streamed:
+                if streamed or config.prepared_dir:
                     corpus, held = self._streamed(config, columns, hold_out=splits[1] is None)
+                    if config.prepared_dir:
+                        corpus = prepared.open_prepared(
+                            config.prepared_dir, corpus, self.prepared_settings(config, corpus))
                     read.append(corpus)
                     summary = corpus.describe(config.in_memory_limit_mb)
                     if held is not None:
@@ -197,6 +200,17 @@ class Translation(Task):
             held = tuple(list(side) for side in corpus.sample)
         return corpus, held
 
+    @staticmethod
+    def prepared_settings(config, corpus, label_names=None):
+        """What a prepared corpus (`training.pipeline.prepared`) must share with a run."""
+        return {"task": "translation", "max_sequence_length": config.max_sequence_length,
+                "encoding": config.encoding, "held_out": list(corpus.held_out)}
+
+    def prepared_records(self, config, corpus):
+        """The tokenized records `python -m training prepare` writes of `corpus`."""
+        return prepared.translation_records(corpus, self.tokenizer, config.max_sequence_length,
+                                            stream_options(config, corpus))
+
     def prepare(self, config, data, run_dir, write=True):
         super().prepare(config, data, run_dir, write)
         pairs = training_rows(data.train)
@@ -212,6 +226,16 @@ class Translation(Task):
             # incomplete batches, so that each bucket has one shape.
             static = dict(pad_to_bucket_boundary=True, boundaries=self._boundaries(config),
                           drop_remainder=training)
+        if isinstance(split, prepared.PreparedCorpus):
+            split.check_tokenizer(self.tokenizer)
+            batching = {"tokens_per_batch": config.tokens_per_batch, **static}
+            stream = prepared.translation_stream(
+                split, config.max_sequence_length, batching, stream_options(config, split),
+                repeat=repeat, passes=split.pass_lengths,
+            )
+            stream.pass_size = prepared.translation_pass_size(
+                split.manifest, config.max_sequence_length, **batching)
+            return stream
         if isinstance(split, shards.StreamedCorpus):
             datasets.check_translation_sizes(config.max_sequence_length,
                                              config.tokens_per_batch, None)
