@@ -441,3 +441,21 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     for a, b in zip(load_run(reference).model.weights, load_run(interrupted).model.weights,
                     strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+
+
+def test_the_classification_task_keeps_the_stream_s_resume_start():
+    """The text task feeds the bare `token_ids`; its map must keep
+    `from_step`, or a resumed run re-reads every pass before its step."""
+    from training.tasks.text_classification import _bare_token_ids
+
+    def stream_from(start):
+        return tf.data.Dataset.range(start, start + 50).map(
+            lambda i: ({"token_ids": tf.fill([2], i)}, i % 3))
+
+    stream = stream_from(0)
+    stream.from_step = stream_from
+    bare = _bare_token_ids(stream)
+    resumed = [int(x[0]) for x, _ in bare.from_step(7).take(3)]
+    assert resumed == [7, 8, 9]
+    assert [int(x[0]) for x, _ in bare.take(2)] == [0, 1]
+    assert not hasattr(_bare_token_ids(stream_from(0)), "from_step")

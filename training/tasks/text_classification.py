@@ -258,7 +258,7 @@ class TextClassification(Task):
             dataset = prepared.classification_stream(
                 split, self.tokenizer, config.batch_size, stream_options(config, split),
                 repeat=repeat, passes=split.pass_lengths)
-            dataset = dataset.map(lambda x, *rest: (x["token_ids"], *rest))
+            dataset = _bare_token_ids(dataset)
             dataset.pass_size = prepared.classification_pass_size(split.manifest,
                                                                   config.batch_size)
             return dataset
@@ -269,7 +269,7 @@ class TextClassification(Task):
                  "batch_size": config.batch_size},
                 stream_options(config, split), repeat=repeat, passes=split.pass_lengths,
             )
-            return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
+            return _bare_token_ids(dataset)
         weights = None
         if training and len(split) == 3:  # cross-fitted: member i leaves out fold i
             weights = split[2][:, None] != np.arange(self.cross_fit_members)[None, :]
@@ -397,3 +397,17 @@ class TextClassification(Task):
 
     def probe_inputs(self, model, num_examples=6, seed=0):
         return text_probes(self.tokenizer, num_examples, seed)
+
+
+def _bare_token_ids(stream):
+    """`stream` with its features' `token_ids` as the bare input (the
+    classifier is a single-input model), keeping a streamed corpus's
+    `from_step` (a resume starts reading at its step's pass)."""
+    def bare(dataset):
+        return dataset.map(lambda x, *rest: (x["token_ids"], *rest))
+
+    result = bare(stream)
+    from_step = getattr(stream, "from_step", None)
+    if from_step is not None:
+        result.from_step = lambda step: bare(from_step(step))
+    return result
