@@ -3,8 +3,13 @@ share (`training.pipeline.streaming.worker_sharding`), the shares make up
 the one-worker pass, two workers on loopback train a streamed corpus with
 only the chief writing, and a killed worker's restart finishes the run."""
 
+import collections
+import json
 import os
+import socket
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -87,3 +92,101 @@ def test_a_streamed_dataset_is_not_sharded_again_by_tf_distribute(tmp_path, toke
     off = tf.data.experimental.AutoShardPolicy.OFF
     for dataset in (_pass(patterns, tokenizer, 2, 1), endless, endless.from_step(3)):
         assert dataset.options().experimental_distribute.auto_shard_policy == off
+
+
+# --- two worker processes on loopback ---------------------------------------------------
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _start_workers(run_dir, patterns, rows_dir=None):
+    """Two `multiworker_stream_worker.py` processes of one cluster on loopback."""
+    workers = [f"localhost:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "CUDA_VISIBLE_DEVICES": "",
+               "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
+        command = [sys.executable, WORKER, str(run_dir), json.dumps(list(patterns))]
+        if rows_dir is not None:
+            command.append(str(rows_dir / f"rows{index}.json"))
+        processes.append(subprocess.Popen(command, cwd=REPO, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    return processes
+
+
+def _finish(processes, timeout):
+    """The processes' outputs; fails naming the output of one that failed."""
+    deadline = time.monotonic() + timeout
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=max(deadline - time.monotonic(), 1))[0])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    for process, output in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, output[-3000:]
+    return outputs
+
+
+def _whole_pass(run_dir, patterns):
+    """The one-worker pass's rows, with the vocabulary the run saved."""
+    import multiworker_stream_worker as worker
+
+    config = worker.config_for(patterns)
+    return collections.Counter(
+        (tuple(enc), tuple(lab)) for enc, lab in worker.share_rows(config, str(run_dir)))
+
+
+@pytest.mark.slow
+def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
+    """Two workers train 4 gzip shards streamed, file-level.
+
+    Compared with a one-worker run by what they read, not by their loss
+    curves: each worker shuffles and batches its own share by length, so a
+    step's global batch (worker 0's batch with worker 1's) holds other
+    examples than the one-worker stream's batch of the same tokens, and
+    the curves differ by more than rounding.  What must hold is that the
+    two shares of a pass are disjoint and make up the one-worker pass.
+    """
+    patterns = _shard(tmp_path, _pairs(240), 4)
+    run_dir = tmp_path / "run"
+    processes = _start_workers(run_dir, patterns, tmp_path)
+    outputs = _finish(processes, timeout=240)
+    for index, output in enumerate(outputs):
+        assert (f"file-level sharding, worker {index} reads 2 of the 4 shard files"
+                in output), output[-2000:]
+        assert "per-worker batches" in output
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 2 * metrics["steps_per_epoch"]
+    losses = metrics["history"]["loss"]
+    assert len(losses) == 2 and all(0 < loss < 10 for loss in losses)  # finite, ln(120)≈4.8
+
+    shares = [collections.Counter((tuple(enc), tuple(lab)) for enc, lab in
+                                  json.loads((tmp_path / f"rows{i}.json").read_text()))
+              for i in range(2)]
+    whole = _whole_pass(run_dir, patterns)
+    # The pairs less the first shard's lines held out to validate.
+    assert 220 < sum(whole.values()) < 240
+    assert not set(shares[0]) & set(shares[1])
+    assert shares[0] + shares[1] == whole
+
+    # Only the chief (worker 0) wrote: one process's summaries, one pass record.
+    # (A summary file's name holds the writing process's id.)
+    chief, other = (f".{process.pid}." for process in processes)
+    events = [name for _, _, names in os.walk(run_dir / "logs") for name in names
+              if name.startswith("events.out.tfevents")]
+    assert events and all(chief in name and other not in name for name in events), events
+    assert json.loads((run_dir / "stream_passes.json").read_text())["batches_per_pass"]
+    assert not list(run_dir.glob("**/*worker-logs*"))

@@ -39,6 +39,10 @@ def build_strategy(name):
             * `"multi_worker"`: `MultiWorkerMirroredStrategy`, its cluster read
               from the `TF_CONFIG` environment variable (validated first);
               a subclass whose `reduce` works around a Keras 3 `fit` bug.
+              Only the chief (worker 0) writes to the run directory; a
+              worker that dies rejoins from the last checkpoint when the
+              cluster restarts (`training.runs.resume.ResumableCheckpoint`,
+              see `_KerasMultiWorkerMirroredStrategy`).
             * `"one_device"`: `OneDeviceStrategy` on the first GPU, else CPU.
 
     Returns:
@@ -149,6 +153,46 @@ def configure_logical_cpus(n):
         ) from error
 
 
+def worker_position(strategy):
+    """(workers in the cluster, this worker's index) of `strategy`.
+
+    A multi-worker strategy's `cluster_resolver` (read from `TF_CONFIG`)
+    gives both: a "chief" task, when the cluster has one, is worker 0 and
+    the "worker" tasks follow it.  Any other strategy runs in one process:
+    (1, 0).  A streamed corpus is cut into the workers' shares by this
+    (`training.pipeline.streaming.worker_sharding`).
+
+    Args:
+        strategy: a `tf.distribute.Strategy`.
+
+    Returns:
+        (num_workers, worker_index), ints.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec.get("worker") and not spec.get("chief"):
+        return 1, 0
+    chiefs = len(spec.get("chief", []))
+    index = int(resolver.task_id) + (chiefs if resolver.task_type == "worker" else 0)
+    return chiefs + len(spec.get("worker", [])), index
+
+
+def worker_batch_note(num_workers):
+    """A one-line note on how the workers' own batches make a global batch.
+
+    A streamed corpus is not sharded by `tf.distribute`: each worker batches
+    its own share as one process would (`tokens_per_batch` / `batch_size`),
+    so one step's global batch is the W workers' batches together, about W
+    times one worker's, and its gradient is that of the global batch (the
+    loss divides by the real tokens of all of it).
+    """
+    return (
+        f"Each of the {num_workers} workers batches its own share: batch sizes in the "
+        f"config are per-worker batches, and a step's global batch is the {num_workers} "
+        "workers' batches together."
+    )
+
+
 def global_batch_note(batch_size, strategy):
     """A one-line note on how `batch_size` splits across `strategy`'s replicas.
 
@@ -197,6 +241,18 @@ class _KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrateg
     accepts neither a nest nor axis 0 of a scalar, so `fit` fails before
     the first step (keras-team/keras#20585, tensorflow/tensorflow#72388).
     This reduces each leaf on its own, and a scalar over replicas only.
+
+    Fault tolerance: `MultiWorkerMirroredStrategy` cannot take a restarted
+    worker back into a running collective group; when a worker dies, the
+    others' collectives fail and the cluster (all its workers) restarts.
+    The restarted workers then rejoin from the chief's last
+    `ResumableCheckpoint` (shared run directory), not from Keras'
+    `BackupAndRestore`: both need every worker to restore the same state,
+    but `ResumableCheckpoint` resumes at the checkpoint's step (each
+    worker's stream is a pure function of the seed and its share, so
+    `from_step` re-reads exactly the batches after it), where
+    `BackupAndRestore` restarts an interrupted epoch from its first batch and
+    overwrites its one backup in place (a kill during the write loses it).
     """
 
     def reduce(self, reduce_op, value, axis):
