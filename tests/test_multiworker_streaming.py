@@ -6,6 +6,7 @@ only the chief writing, and a killed worker's restart finishes the run."""
 import collections
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -190,3 +191,40 @@ def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
     assert events and all(chief in name and other not in name for name in events), events
     assert json.loads((run_dir / "stream_passes.json").read_text())["batches_per_pass"]
     assert not list(run_dir.glob("**/*worker-logs*"))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path):
+    """SIGKILL worker 1 after the chief's first checkpoint; the cluster then
+    restarts (the survivor's collectives cannot take a new peer, so it is
+    stopped too, as a cluster manager does), and the restarted workers
+    resume from that checkpoint and finish the run."""
+    patterns = _shard(tmp_path, _pairs(240), 4)
+    run_dir = tmp_path / "run"
+    processes = _start_workers(run_dir, patterns)
+    pointer = run_dir / "checkpoints" / "resume" / "LATEST"
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and all(p.poll() is None for p in processes):
+            if pointer.exists():
+                break
+            time.sleep(0.05)
+        assert all(p.poll() is None for p in processes), "a worker ended before the kill"
+        processes[1].send_signal(signal.SIGKILL)
+        processes[1].wait()
+        try:  # the survivor fails or waits on its dead peer
+            processes[0].wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            processes[0].kill()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+    killed_at = int(pointer.read_text().strip().split("-")[1])
+    assert not (run_dir / "metrics.json").exists()
+
+    outputs = _finish(_start_workers(run_dir, patterns), timeout=240)
+    assert f"from step {killed_at}." in outputs[0], outputs[0][-2000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0 < killed_at < metrics["steps"] == 2 * metrics["steps_per_epoch"]

@@ -177,6 +177,20 @@ def worker_position(strategy):
     return chiefs + len(spec.get("worker", [])), index
 
 
+def barrier(strategy):
+    """Returns once every worker of `strategy` has called it (a no-op in one
+    process).
+
+    Only the chief writes the run directory, and the other workers read
+    what it wrote (epoch scores and checkpoints, to select the model), so
+    they wait here for it first: a worker that read them early would make
+    other collective calls than the chief, and the run would fail with a
+    shape mismatch or hang.
+    """
+    if worker_position(strategy)[0] > 1:
+        strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+
 def worker_batch_note(num_workers):
     """A one-line note on how the workers' own batches make a global batch.
 
@@ -240,7 +254,8 @@ class _KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrateg
     (`reduce_per_replica`). With more than one worker the collective reduce
     accepts neither a nest nor axis 0 of a scalar, so `fit` fails before
     the first step (keras-team/keras#20585, tensorflow/tensorflow#72388).
-    This reduces each leaf on its own, and a scalar over replicas only.
+    This reduces a scalar over replicas only, and gives the data batch its
+    worker's own values (the build needs its shapes, not a mean of token ids).
 
     Fault tolerance: `MultiWorkerMirroredStrategy` cannot take a restarted
     worker back into a running collective group; when a worker dies, the
@@ -256,6 +271,15 @@ class _KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrateg
     """
 
     def reduce(self, reduce_op, value, axis):
+        if axis is None and tf.nest.is_nested(value):
+            # `fit`'s reduce of its first data batch, which only gives the
+            # model's symbolic build a batch to trace: each worker's own
+            # first batch serves.  Workers that stream their own shares
+            # (`training.pipeline.streaming.worker_sharding`) batch
+            # examples of other lengths, and a collective reduce of batches
+            # of different shapes fails ("Shape mismatch in the collective").
+            return tf.nest.map_structure(
+                lambda leaf: self.experimental_local_results(leaf)[0], value)
         parent = super()
 
         def reduce_leaf(leaf):

@@ -40,7 +40,12 @@ import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
 from training.data.shards import StreamedCorpus, seeded_sample
-from training.distribute import build_strategy, worker_batch_note, worker_position
+from training.distribute import (
+    barrier,
+    build_strategy,
+    worker_batch_note,
+    worker_position,
+)
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
@@ -235,6 +240,7 @@ def _train_run(config, run, resumed, verbose, watch):
             write_hparams(run.logs_dir, session.config)
         history = _fit(session, run, planner, progress, verbose)
     with watch.phase("eval"):
+        barrier(run.strategy)  # the chief's last epoch written before workers select
         chosen, metrics, parts = _select_and_evaluate(session, run, planner)
     metrics.update({
         "steps": int(session.checkpoint.step),
@@ -380,7 +386,8 @@ def _build_session(config, run, planner):
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
         is_chief=_is_chief(),
     )
-    checkpoint.restore(model)
+    with run.strategy.scope():  # a distributed optimizer builds its slots in its scope
+        checkpoint.restore(model)
     validation_score, monitor, mode = task.validation_score(config, model, data,
                                                             run.datasets.valid)
     callbacks = [checkpoint, *task.callbacks(config, model, data, run.logs_dir)]
@@ -436,6 +443,7 @@ def _fit(session, run, planner, progress, verbose):
     history = {}
     while segments := _segments(checkpoint.step, planner.plan.total_steps, steps_per_epoch):
         initial_epoch, epochs, steps = segments[0]
+        barrier(run.strategy)  # every worker reads the chief's scores alike
         if planner.timer is not None and steps == steps_per_epoch:
             # The whole rest of the run, to the largest plan a revision
             # can make; `_StopAtPlanEnd` ends it where the plan does.  (A
