@@ -39,6 +39,10 @@ def build_strategy(name):
             * `"multi_worker"`: `MultiWorkerMirroredStrategy`, its cluster read
               from the `TF_CONFIG` environment variable (validated first);
               a subclass whose `reduce` works around a Keras 3 `fit` bug.
+              Only the chief (worker 0) writes to the run directory; a
+              worker that dies rejoins from the last checkpoint when the
+              cluster restarts (`training.runs.resume.ResumableCheckpoint`,
+              see `_KerasMultiWorkerMirroredStrategy`).
             * `"one_device"`: `OneDeviceStrategy` on the first GPU, else CPU.
 
     Returns:
@@ -149,6 +153,60 @@ def configure_logical_cpus(n):
         ) from error
 
 
+def worker_position(strategy):
+    """(workers in the cluster, this worker's index) of `strategy`.
+
+    A multi-worker strategy's `cluster_resolver` (read from `TF_CONFIG`)
+    gives both: a "chief" task, when the cluster has one, is worker 0 and
+    the "worker" tasks follow it.  Any other strategy runs in one process:
+    (1, 0).  A streamed corpus is cut into the workers' shares by this
+    (`training.pipeline.streaming.worker_sharding`).
+
+    Args:
+        strategy: a `tf.distribute.Strategy`.
+
+    Returns:
+        (num_workers, worker_index), ints.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec.get("worker") and not spec.get("chief"):
+        return 1, 0
+    chiefs = len(spec.get("chief", []))
+    index = int(resolver.task_id) + (chiefs if resolver.task_type == "worker" else 0)
+    return chiefs + len(spec.get("worker", [])), index
+
+
+def barrier(strategy):
+    """Returns once every worker of `strategy` has called it (a no-op in one
+    process).
+
+    Only the chief writes the run directory, and the other workers read
+    what it wrote (epoch scores and checkpoints, to select the model), so
+    they wait here for it first: a worker that read them early would make
+    other collective calls than the chief, and the run would fail with a
+    shape mismatch or hang.
+    """
+    if worker_position(strategy)[0] > 1:
+        strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+
+def worker_batch_note(num_workers):
+    """A one-line note on how the workers' own batches make a global batch.
+
+    A streamed corpus is not sharded by `tf.distribute`: each worker batches
+    its own share as one process would (`tokens_per_batch` / `batch_size`),
+    so one step's global batch is the W workers' batches together, about W
+    times one worker's, and its gradient is that of the global batch (the
+    loss divides by the real tokens of all of it).
+    """
+    return (
+        f"Each of the {num_workers} workers batches its own share: batch sizes in the "
+        f"config are per-worker batches, and a step's global batch is the {num_workers} "
+        "workers' batches together."
+    )
+
+
 def global_batch_note(batch_size, strategy):
     """A one-line note on how `batch_size` splits across `strategy`'s replicas.
 
@@ -196,10 +254,32 @@ class _KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrateg
     (`reduce_per_replica`). With more than one worker the collective reduce
     accepts neither a nest nor axis 0 of a scalar, so `fit` fails before
     the first step (keras-team/keras#20585, tensorflow/tensorflow#72388).
-    This reduces each leaf on its own, and a scalar over replicas only.
+    This reduces a scalar over replicas only, and gives the data batch its
+    worker's own values (the build needs its shapes, not a mean of token ids).
+
+    Fault tolerance: `MultiWorkerMirroredStrategy` cannot take a restarted
+    worker back into a running collective group; when a worker dies, the
+    others' collectives fail and the cluster (all its workers) restarts.
+    The restarted workers then rejoin from the chief's last
+    `ResumableCheckpoint` (shared run directory), not from Keras'
+    `BackupAndRestore`: both need every worker to restore the same state,
+    but `ResumableCheckpoint` resumes at the checkpoint's step (each
+    worker's stream is a pure function of the seed and its share, so
+    `from_step` re-reads exactly the batches after it), where
+    `BackupAndRestore` restarts an interrupted epoch from its first batch and
+    overwrites its one backup in place (a kill during the write loses it).
     """
 
     def reduce(self, reduce_op, value, axis):
+        if axis is None and tf.nest.is_nested(value):
+            # `fit`'s reduce of its first data batch, which only gives the
+            # model's symbolic build a batch to trace: each worker's own
+            # first batch serves.  Workers that stream their own shares
+            # (`training.pipeline.streaming.worker_sharding`) batch
+            # examples of other lengths, and a collective reduce of batches
+            # of different shapes fails ("Shape mismatch in the collective").
+            return tf.nest.map_structure(
+                lambda leaf: self.experimental_local_results(leaf)[0], value)
         parent = super()
 
         def reduce_leaf(leaf):

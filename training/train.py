@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import tempfile
 import warnings
 
 import keras
@@ -39,12 +40,17 @@ import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
 from training.data.shards import StreamedCorpus, seeded_sample
-from training.distribute import build_strategy
+from training.distribute import (
+    barrier,
+    build_strategy,
+    worker_batch_note,
+    worker_position,
+)
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
 from training.pipeline.datasets import TruncationWarning
-from training.pipeline.streaming import PassLengths, data_error_message
+from training.pipeline.streaming import PassLengths, data_error_message, worker_sharding
 from training.recipe import adaptive, budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
@@ -96,10 +102,13 @@ class _Run:
     datasets: _Datasets
     run_dir: str
     strategy: tf.distribute.Strategy
+    worker_logs: str = None  # a non-chief worker's private logs folder
 
     @property
     def logs_dir(self):
-        return os.path.join(self.run_dir, "logs")
+        """Where summaries go: the run directory's for the chief; a
+        temporary folder of its own for another worker (never read)."""
+        return self.worker_logs or os.path.join(self.run_dir, "logs")
 
 
 @dataclasses.dataclass
@@ -135,7 +144,8 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
     # One process per run directory (multi-worker workers share it; the
     # chief holds the lock).
     with RunDirLock(run_dir) if _is_chief() else contextlib.nullcontext():
-        resumed = prepare_run_dir(run_dir, config, overwrite)
+        resumed = prepare_run_dir(run_dir, config, overwrite) if _is_chief() else (
+            _worker_resumes(run_dir))
         keras.utils.set_random_seed(config.seed)
         # Op determinism and the dtype policy are process-wide: set them for
         # this run and give the caller's back afterwards (a deterministic run
@@ -152,6 +162,13 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
             if not determinism_was:
                 # No public API turns it off; this is what enable() undoes.
                 tf_config.disable_op_determinism()
+
+
+def _worker_resumes(run_dir):
+    """Whether a non-chief worker resumes: the chief prepares (and checks)
+    the shared run directory; another worker only reads whether it holds a
+    checkpoint to restore."""
+    return os.path.isfile(os.path.join(run_dir, "checkpoints", "resume", "LATEST"))
 
 
 def _train(config, run_dir, strategy, resumed, verbose, watch):
@@ -171,11 +188,37 @@ def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
     if verbose and data.summary:
         print(data.summary, flush=True)
     if isinstance(data.train, StreamedCorpus):
-        data.train.pass_lengths = PassLengths(os.path.join(run_dir, "stream_passes.json"),
-                                              write=_is_chief())
+        _share_stream(data.train, strategy, run_dir, verbose)
     with watch.phase("data"):
         datasets = _datasets(config, task, data)
-    run = _Run(task, data, datasets, run_dir, strategy)
+    with contextlib.ExitStack() as stack:
+        worker_logs = None if _is_chief() else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="worker-logs-"))
+        run = _Run(task, data, datasets, run_dir, strategy, worker_logs)
+        return _train_run(config, run, resumed, verbose, watch)
+
+
+def _share_stream(corpus, strategy, run_dir, verbose):
+    """Gives a streamed corpus this worker's share and its pass record.
+
+    Under a multi-worker strategy each worker streams its own share
+    (`worker_sharding`, logged in one line with how batches combine).  The
+    chief records its stream's pass lengths in `stream_passes.json`;
+    another worker's share has passes of other lengths, so it keeps its
+    record in memory (a resume re-reads its stream up to the step).
+    """
+    corpus.workers = worker_position(strategy)
+    num_workers, _ = corpus.workers
+    path = os.path.join(run_dir, "stream_passes.json") if _is_chief() else None
+    corpus.pass_lengths = PassLengths(path, write=_is_chief())
+    if num_workers > 1 and verbose:
+        share = worker_sharding(len(corpus.columns[0]), *corpus.workers)
+        print(f"{share.describe()} {worker_batch_note(num_workers)}", flush=True)
+
+
+def _train_run(config, run, resumed, verbose, watch):
+    """`_train_steps` from the datasets on: plan, fit, select, evaluate, save."""
+    task, datasets, run_dir = run.task, run.datasets, run.run_dir
     planner = budget.TimeBudget.for_run(
         config, watch, datasets.steps_per_epoch, run_dir, resumed, _is_chief()
     )
@@ -197,6 +240,7 @@ def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
             write_hparams(run.logs_dir, session.config)
         history = _fit(session, run, planner, progress, verbose)
     with watch.phase("eval"):
+        barrier(run.strategy)  # the chief's last epoch written before workers select
         chosen, metrics, parts = _select_and_evaluate(session, run, planner)
     metrics.update({
         "steps": int(session.checkpoint.step),
@@ -274,7 +318,11 @@ def _estimated_pass(config, task, corpus):
     for warning in caught:
         warnings.warn(f"In the sample of the streamed training corpus: {warning.message}",
                       warning.category, stacklevel=2)
-    return max(1, round(steps * corpus.num_examples / len(sample[1]))), batch_tokens
+    # A worker's pass is its share of the corpus, and a step's global batch
+    # is the workers' batches together (`worker_batch_note`).
+    num_workers = corpus.workers[0]
+    examples = corpus.num_examples / num_workers
+    return max(1, round(steps * examples / len(sample[1]))), batch_tokens * num_workers
 
 
 def _first_pass(config, task, stream, num_examples):
@@ -340,7 +388,8 @@ def _build_session(config, run, planner):
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
         is_chief=_is_chief(),
     )
-    checkpoint.restore(model)
+    with run.strategy.scope():  # a distributed optimizer builds its slots in its scope
+        checkpoint.restore(model)
     validation_score, monitor, mode = task.validation_score(config, model, data,
                                                             run.datasets.valid)
     callbacks = [checkpoint, *task.callbacks(config, model, data, run.logs_dir)]
@@ -351,9 +400,12 @@ def _build_session(config, run, planner):
         ),
         LearningRateLogger(),
         WallClockTimer(),
-        StepScalars(os.path.join(run.logs_dir, "train"), config.log_every_steps),
-        keras.callbacks.TensorBoard(run.logs_dir),
     ]
+    if _is_chief():  # summaries are the chief's alone
+        callbacks += [
+            StepScalars(os.path.join(run.logs_dir, "train"), config.log_every_steps),
+            keras.callbacks.TensorBoard(run.logs_dir),
+        ]
     return _Session(config, task, data, model, schedule, checkpoint, validation_score,
                     callbacks)
 
@@ -393,6 +445,7 @@ def _fit(session, run, planner, progress, verbose):
     history = {}
     while segments := _segments(checkpoint.step, planner.plan.total_steps, steps_per_epoch):
         initial_epoch, epochs, steps = segments[0]
+        barrier(run.strategy)  # every worker reads the chief's scores alike
         if planner.timer is not None and steps == steps_per_epoch:
             # The whole rest of the run, to the largest plan a revision
             # can make; `_StopAtPlanEnd` ends it where the plan does.  (A

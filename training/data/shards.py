@@ -236,6 +236,8 @@ class StreamedCorpus:
             first `lines` validates and does not train; (0, 0): none.
         pass_lengths: The training run's record of the stream's pass
             lengths (`training.pipeline.streaming.PassLengths`), or None.
+        workers: (num_workers, worker_index): the share of the corpus this
+            process streams (`training.pipeline.streaming.worker_sharding`).
     """
 
     columns: list
@@ -246,6 +248,7 @@ class StreamedCorpus:
     total_bytes: int
     held_out: tuple = (0, 0)
     pass_lengths: object = None
+    workers: tuple = (1, 0)
 
     def describe(self, limit_mb):
         """One line saying that the split is streamed, and why."""

@@ -22,6 +22,13 @@ the pass batch n lies in (the pass before it was recorded when the
 stream's reading reached batch n's pass): a resume re-reads only the
 batches of its own pass before its step.
 
+Under multi-worker training each worker streams its own share
+(`StreamOptions.num_shards` / `shard_index`, cut by `worker_sharding`: whole
+shard files when there are at least as many files as workers, else every
+W-th line of every file) and its batches are per-worker batches; the
+streams carry `AutoShardPolicy.OFF`, so that `tf.distribute` does not shard
+them again.
+
 Bad lines are found as the stream reaches them, and stop the run with a
 `tf.errors.InvalidArgumentError` whose message holds one line between
 `DATA_ERROR_MARK`s naming the file and the line; `data_error_message`
@@ -69,8 +76,11 @@ class StreamOptions:
         held_out_lines: Lines of the first shard the hold-out reaches.
         blank_lines: "error" (translation: every line holds a sentence) or
             "skip" (text classification).
-        num_shards, shard_index: This reader takes the shards
-            `shard_index::num_shards` of each pass's order (one per worker).
+        num_shards, shard_index: This reader is worker `shard_index` of
+            `num_shards` and reads its share of each pass (`worker_sharding`):
+            the shard files `shard_index::num_shards` of the pass's order when
+            there are at least `num_shards` files, else every
+            `num_shards`-th line of every file.
     """
 
     seed: int = 0
@@ -84,6 +94,11 @@ class StreamOptions:
     shard_index: int = 0
 
     def __post_init__(self):
+        if not 0 <= self.shard_index < self.num_shards:
+            raise ValueError(
+                f"shard_index={self.shard_index} must be in 0..num_shards-1 "
+                f"(num_shards={self.num_shards})."
+            )
         try:
             name = codecs.lookup(self.encoding).name
         except LookupError:
@@ -93,6 +108,83 @@ class StreamOptions:
                 f"encoding={self.encoding!r} cannot be streamed; a streamed corpus is "
                 "utf-8, latin-1 or cp1252 (or set in_memory_limit_mb above its size)."
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSharding:
+    """How one worker's share of a streamed corpus is cut (`worker_sharding`).
+
+    Attributes:
+        policy: "none" (one worker reads everything), "files" (each worker
+            reads whole shard files) or "examples" (each reads every file
+            and keeps every `num_workers`-th line).
+        num_workers: The workers reading the corpus.
+        worker_index: This worker, in 0..num_workers-1.
+        files_per_worker: Shard files this worker reads in a pass.
+        num_files: Shard files of the corpus.
+    """
+
+    policy: str
+    num_workers: int
+    worker_index: int
+    files_per_worker: int
+    num_files: int
+
+    def describe(self):
+        """One line saying how the workers share the corpus."""
+        if self.policy == "none":
+            return f"Streaming: one worker reads all {self.num_files} shard file(s)."
+        if self.policy == "files":
+            how = (f"file-level sharding, worker {self.worker_index} reads "
+                   f"{self.files_per_worker} of the {self.num_files} shard files per pass "
+                   f"(files i, i+{self.num_workers}, ... of the pass's order)")
+        else:
+            how = (f"example-level sharding, {self.num_files} shard file(s) < "
+                   f"{self.num_workers} workers: every worker reads every file and "
+                   f"worker {self.worker_index} keeps every {self.num_workers}-th line")
+        return f"Streaming over {self.num_workers} workers: {how}."
+
+
+def worker_sharding(num_files, num_workers, worker_index):
+    """How worker `worker_index` of `num_workers` reads `num_files` shard files.
+
+    With at least as many files as workers, each worker reads whole files
+    (the files `worker_index::num_workers` of each pass's shuffled order):
+    no file is read twice, though the workers' shares differ by at most one
+    file.  With fewer files, every worker reads every file and keeps the
+    lines whose `(line number - 1 + file) % num_workers` is its index:
+    equal shares, each line kept by one worker, at the price of every
+    worker decompressing and checking the whole corpus.
+
+    Args:
+        num_files: int >= 1, the shard files of a column.
+        num_workers: int >= 1.
+        worker_index: int in 0..num_workers-1.
+
+    Returns:
+        A `WorkerSharding`.
+    """
+    if num_files < 1 or num_workers < 1 or not 0 <= worker_index < num_workers:
+        raise ValueError(
+            "worker_sharding needs num_files >= 1, num_workers >= 1 and 0 <= worker_index "
+            f"< num_workers. Received: num_files={num_files}, num_workers={num_workers}, "
+            f"worker_index={worker_index}"
+        )
+    if num_workers == 1:
+        return WorkerSharding("none", 1, 0, num_files, num_files)
+    if num_files >= num_workers:
+        share = len(range(worker_index, num_files, num_workers))
+        return WorkerSharding("files", num_workers, worker_index, share, num_files)
+    return WorkerSharding("examples", num_workers, worker_index, num_files, num_files)
+
+
+def _own_sharding(dataset):
+    """`dataset` with `tf.distribute`'s auto-sharding off: a streamed
+    dataset is already this worker's share (`worker_sharding`)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF)
+    return dataset.with_options(options)
 
 
 def data_error_message(error):
@@ -172,6 +264,13 @@ def _check_rows(numbered, shard, paths, options):
         return tuple(tf.identity(c) for c in columns), tf.identity(line)
 
 
+def _worker_lines(columns, line, shard, options):
+    """The rows of one call that worker `options.shard_index` keeps under
+    example-level sharding (`worker_sharding`)."""
+    keep = tf.equal((line - 1 + shard) % options.num_shards, options.shard_index)
+    return tuple(tf.boolean_mask(c, keep) for c in columns), tf.boolean_mask(line, keep), shard
+
+
 def _numbered_lines(path, compression):
     """(line number from 1, line) of a file, then one (0, "") past its end."""
     lines = tf.data.TextLineDataset(path, compression_type=compression,
@@ -196,17 +295,23 @@ def line_pass(columns, compressions, options, epoch):
     order = tf.random.experimental.stateless_shuffle(
         tf.range(num_files, dtype=tf.int64), seed=tf.stack([tf.constant(options.seed, tf.int64),
                                                             epoch]))
-    order = order[options.shard_index::options.num_shards]
+    share = worker_sharding(num_files, options.num_shards, options.shard_index)
+    if share.policy == "files":
+        order = order[options.shard_index::options.num_shards]
 
     def shard_lines(shard):
         sides = [_numbered_lines(tf.gather(p, shard), tf.gather(k, shard))
                  for p, k in zip(paths, kinds, strict=True)]
         rows = tf.data.Dataset.zip(tuple(sides)).batch(_LINES_PER_CALL)
-        return rows.map(lambda *numbered: (*_check_rows(numbered, shard, paths, options),
+        rows = rows.map(lambda *numbered: (*_check_rows(numbered, shard, paths, options),
                                            shard), num_parallel_calls=tf.data.AUTOTUNE)
+        if share.policy == "examples":
+            rows = rows.map(lambda columns, line, shard: _worker_lines(
+                columns, line, shard, options))
+        return rows
 
     return tf.data.Dataset.from_tensor_slices(order).interleave(
-        shard_lines, cycle_length=min(num_files, options.cycle_length),
+        shard_lines, cycle_length=min(share.files_per_worker, options.cycle_length),
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
     )
 
@@ -310,7 +415,7 @@ def _passes(one_pass, repeat, passes=None):
     `passes` (`PassLengths`) knows it, else from pass 0 (`skip(step)`).
     """
     if not repeat:
-        return one_pass(tf.constant(0, tf.int64)).prefetch(tf.data.AUTOTUNE)
+        return _own_sharding(one_pass(tf.constant(0, tf.int64)).prefetch(tf.data.AUTOTUNE))
 
     def recorded_pass(epoch):
         batches = one_pass(epoch)
@@ -322,9 +427,10 @@ def _passes(one_pass, repeat, passes=None):
     def from_step(step):
         start, offset = passes.start(int(step)) if passes is not None else (0, int(step))
         stream = tf.data.Dataset.counter(start).flat_map(recorded_pass)
-        return stream.skip(offset).prefetch(tf.data.AUTOTUNE)
+        return _own_sharding(stream.skip(offset).prefetch(tf.data.AUTOTUNE))
 
     stream = tf.data.Dataset.counter().flat_map(recorded_pass).prefetch(tf.data.AUTOTUNE)
+    stream = _own_sharding(stream)
     stream.from_step = from_step
     return stream
 

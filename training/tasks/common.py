@@ -69,8 +69,10 @@ def training_rows(split):
 def stream_options(config, corpus):
     """The `StreamOptions` of a run's streamed training corpus."""
     every, lines = corpus.held_out
+    num_workers, worker_index = corpus.workers
     return StreamOptions(seed=config.seed, encoding=config.encoding, held_out_every=every,
-                         held_out_lines=lines)
+                         held_out_lines=lines, num_shards=num_workers,
+                         shard_index=worker_index)
 
 
 def count_batches(dataset):

@@ -1,0 +1,67 @@
+"""One worker of the streamed multi-worker tests in tests/test_multiworker_streaming.py.
+
+    TF_CONFIG='{"cluster": ..., "task": ...}' \
+        python3 tests/multiworker_stream_worker.py RUN_DIR PATTERNS_JSON [ROWS.json]
+
+Trains the `tiny` preset with `strategy=multi_worker` on the shard files
+PATTERNS_JSON names (a JSON list of the source and target globs), streamed
+(`in_memory_limit_mb=0`), into the shared RUN_DIR.  With ROWS.json, it then
+writes the rows one pass of its own share of the stream yields (this
+worker's position read from `TF_CONFIG`, as the strategy reads it), as
+[[encoder ids, labels], ...] without padding.
+"""
+
+import json
+import os
+import sys
+import types
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+from training.config import load_config  # noqa: E402
+from training.distribute import worker_position  # noqa: E402
+from training.tasks import get_task  # noqa: E402
+from training.train import train  # noqa: E402
+
+#: The run's fields beyond the `tiny` preset: small, streamed, checkpointed often.
+OVERRIDES = ("dataset=files", "in_memory_limit_mb=0", "strategy=multi_worker",
+             "deterministic=true", "epochs=2", "eval_sentences=0", "beam_size=1",
+             "checkpoint_every_steps=2", "tokens_per_batch=192", "vocabulary_size=120")
+
+
+def config_for(patterns):
+    """The test run's `TrainingConfig` reading `patterns` (source, target globs)."""
+    return load_config("tiny", [*OVERRIDES, f"train_files={json.dumps(list(patterns))}"])
+
+
+def share_rows(config, run_dir):
+    """Rows of one pass of this worker's share, as the run streams it (all
+    its batches: `training=False` keeps a jit-compiled run's last, short one)."""
+    task = get_task(config.task)
+    data = task.load_data(config, run_dir)
+    config = task.resolve_config(config, data)
+    task.prepare(config, data, run_dir, write=False)  # the chief's saved vocabulary
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    data.train.workers = worker_position(types.SimpleNamespace(cluster_resolver=resolver))
+    rows = []
+    for features, labels in task.make_dataset(config, data.train, shuffle=True):
+        for enc, lab in zip(features["encoder_token_ids"].numpy(), labels.numpy(),
+                            strict=True):
+            rows.append([enc[enc > 0].tolist(), lab[lab > 0].tolist()])
+    return rows
+
+
+def main(run_dir, patterns_json, rows_path=None):
+    config = config_for(json.loads(patterns_json))
+    train(config, run_dir, verbose="auto")
+    if rows_path is not None:
+        with open(rows_path, "w", encoding="utf-8") as f:
+            json.dump(share_rows(config, run_dir), f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
