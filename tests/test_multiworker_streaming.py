@@ -7,7 +7,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from training.pipeline import streaming
 from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_distribute import _free_ports  # noqa: E402
 from test_streaming import _pairs, _rows, _shard  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,16 +96,6 @@ def test_a_streamed_dataset_is_not_sharded_again_by_tf_distribute(tmp_path, toke
 
 
 # --- two worker processes on loopback ---------------------------------------------------
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _start_workers(run_dir, patterns, rows_dir=None):
