@@ -24,12 +24,10 @@ from keras_transformer.layers.scaled_dot_product_attention import (
     masked_softmax,
     scaled_dot_product_attention,
 )
-from keras_transformer.layers.series_level_token import SeriesLevelToken
 from keras_transformer.layers.series_masking import (
     SeriesStandardization,
     fill_missing,
     series_lengths,
-    series_statistics,
     step_mask,
 )
 from keras_transformer.layers.series_patches import SeriesPatches
@@ -50,7 +48,6 @@ __all__ = [
     "MultiHeadAttention",
     "NGramConvolution",
     "PositionEmbedding",
-    "SeriesLevelToken",
     "SeriesPatches",
     "SeriesStandardization",
     "SinusoidalPositionEncoding",
@@ -66,7 +63,6 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "series_lengths",
-    "series_statistics",
     "step_mask",
     "threefry2x32",
     "threefry_bits",

@@ -190,19 +190,17 @@ class SeriesClassification(Task):
 
     def batch_tokens(self, config, inputs, labels):
         rows, length = inputs.shape[:2]
-        level = int(config.series_level_token)  # the level token
         if config.series_stem == "random_kernels":
-            return rows * (config.stem_windows + level)
+            return rows * config.stem_windows
         p = config.patch_length
         s = config.patch_stride or p
-        return rows * (-(-max(length - p, 0) // s) + 1 + level)  # patches (SeriesPatches)
+        return rows * (-(-max(length - p, 0) // s) + 1)  # patches (SeriesPatches)
 
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
         """The classifier; with the "random_kernels" stem, each member's stem
-        (its own seed) takes its biases from the training series, and with
-        `series_level_token` its level token's standardization."""
+        (its own seed) takes its biases from the training series."""
         stem = None
         if config.series_stem == "random_kernels":
             stem = {"series_length": int(data.train[0].shape[1]),
@@ -213,13 +211,10 @@ class SeriesClassification(Task):
             config, data, num_features=data.train[0].shape[-1],
             patch_length=config.patch_length, patch_stride=config.patch_stride,
             standardize_series=config.standardize_series, random_kernel_stem=stem,
-            series_level_token=config.series_level_token,
         )
-        for member in getattr(model, "members", [model]):
-            if stem is not None:
+        if stem is not None:
+            for member in getattr(model, "members", [model]):
                 member.adapt_stem(data.train[0])
-            if config.series_level_token:
-                member.adapt_level_token(data.train[0])
         return model
 
     def loss_and_metrics(self, config):
