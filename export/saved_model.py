@@ -20,7 +20,7 @@ import tempfile
 
 import tensorflow as tf
 
-from export.atomic import atomic_directory
+from training.data.atomic import atomic_directory
 from export.quantize import EXPORT_ASSET, check_saved_model_quantize, int8_tables
 from training.tasks.base import require_task
 

@@ -5,7 +5,7 @@ weights, quantization) are `training.serving.tflite_programs`; the task says
 which one its model needs (`Task.tflite_model`).
 """
 
-from export.atomic import atomic_write_bytes, check_target
+from training.data.atomic import atomic_write_bytes, check_target
 from training.serving.tflite_programs import check_quantize
 from training.tasks.base import require_task
 

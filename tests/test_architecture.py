@@ -28,7 +28,7 @@ LAYERS = (
     ("training.config",),
     ("training.runs",),
     ("training.distribute", "training.train"),
-    ("export.atomic", "export.quantize", "export.fresh_process", "export.saved_model_cli",
+    ("export.quantize", "export.fresh_process", "export.saved_model_cli",
      "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify"),
     ("training.cli", "export.cli", "training.__main__", "export.__main__"),
 )

@@ -19,7 +19,7 @@ from export_fixtures import (
     tiny_translator,
 )
 
-import export.atomic
+import training.data.atomic
 from export import cli
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
@@ -122,9 +122,9 @@ def test_failed_write_leaves_no_temporary(tmp_path, monkeypatch):
     def fail(descriptor):
         raise OSError("device lost")
 
-    monkeypatch.setattr(export.atomic.os, "fsync", fail)
+    monkeypatch.setattr(training.data.atomic.os, "fsync", fail)
     with pytest.raises(OSError, match="device lost"):
-        export.atomic.atomic_write_bytes(tmp_path / "m.tflite", b"flatbuffer")
+        training.data.atomic.atomic_write_bytes(tmp_path / "m.tflite", b"flatbuffer")
     assert os.listdir(tmp_path) == []
 
 
