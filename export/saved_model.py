@@ -20,8 +20,8 @@ import tempfile
 
 import tensorflow as tf
 
-from training.data.atomic import atomic_directory
 from export.quantize import EXPORT_ASSET, check_saved_model_quantize, int8_tables
+from training.data.atomic import atomic_directory
 from training.tasks.base import require_task
 
 

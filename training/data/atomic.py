@@ -1,9 +1,11 @@
-"""All-or-nothing writes of export directories and files.
+"""All-or-nothing writes of directories and files.
 
-An export is written into a temporary sibling of its target (same directory,
-hence same filesystem) and renamed into place only once it is complete, so a
-crash or an exception midway never leaves a half-written model where a
-server or a device would pick it up, and never leaves the temporary behind.
+An export or a prepared corpus is written into a temporary sibling of its
+target (same directory, hence same filesystem) and renamed into place only
+once it is complete, so a crash or an exception midway never leaves a
+half-written model where a server or a device would pick it up (or half a
+corpus where a run would train from it), and never leaves the temporary
+behind.
 """
 
 import contextlib
@@ -19,7 +21,7 @@ def check_target(target, overwrite):
     if os.path.lexists(target) and not overwrite:
         raise FileExistsError(
             errno.EEXIST,
-            f"Export target already exists: {target!r}; pass overwrite=True "
+            f"Target already exists: {target!r}; pass overwrite=True "
             "(--overwrite on the command line) to replace it",
             target,
         )

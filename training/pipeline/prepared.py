@@ -29,18 +29,17 @@ in it, so a killed prepare leaves no `prepared.json` at the target.
 """
 
 import bisect
-import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import os
-import shutil
 import tempfile
 
 import tensorflow as tf
 
 from keras_transformer.models.transformer_config import END_ID, START_ID
+from training.data.atomic import atomic_directory
 from training.data.shards import StreamedCorpus
 from training.pipeline import datasets, streaming
 
@@ -77,32 +76,6 @@ def tokenizer_sha256(tokenizer):
 
 def shard_name(index, num_shards):
     return f"shard-{index:05d}-of-{num_shards:05d}.tfrecord"
-
-
-@contextlib.contextmanager
-def staged_directory(target, overwrite=False):
-    """Yields an empty temporary sibling of `target` that becomes `target`
-    on success; on any error (or a kill) `target` is left as it was."""
-    target = os.path.abspath(os.fspath(target))
-    if os.path.lexists(target) and not overwrite:
-        raise FileExistsError(f"--output {target!r} already exists; pass --overwrite to "
-                              "replace it.")
-    parent, name = os.path.split(target)
-    os.makedirs(parent, exist_ok=True)
-    staged = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
-    try:
-        os.chmod(staged, 0o755)
-        yield staged
-        if os.path.lexists(target):
-            aside = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
-            os.rename(target, os.path.join(aside, name))
-            os.rename(staged, target)
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.rename(staged, target)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
 
 
 def _int64s(values):
@@ -149,10 +122,10 @@ def write_prepared(target, records, manifest, tokenizer, num_shards, overwrite=F
     """Writes `records` round-robin into `num_shards` TFRecord files, the
     tokenizer into `vocab/` and `manifest` (with the counts and the
     examples per length added) into `prepared.json`, all at once
-    (`staged_directory`).  Returns the manifest."""
+    (`training.data.atomic.atomic_directory`).  Returns the manifest."""
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"--shards must be a positive integer; received {num_shards!r}.")
-    with staged_directory(target, overwrite) as folder:
+    with atomic_directory(target, overwrite) as folder:
         names = [shard_name(i, num_shards) for i in range(num_shards)]
         counts, lengths = {"examples": 0}, {}
         per_shard = [0] * num_shards
