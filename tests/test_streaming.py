@@ -7,14 +7,13 @@ import collections
 import gzip
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from kill_resume import kill_at_checkpoint
 
 from training.cli import commands
 from training.config import TrainingConfig
@@ -418,20 +417,11 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
 
     interrupted = tmp_path / "interrupted"
     process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)
-    pointer = interrupted / "checkpoints" / "resume" / "LATEST"
-    deadline = time.time() + 240
     # Killed in the second epoch, so that the resume starts reading at pass 1
     # (the first pass's length recorded as the stream read past it).
-    while time.time() < deadline and process.poll() is None:
-        if pointer.exists():
-            step = int(pointer.read_text().strip().split("-")[1])
-            if step > steps_per_epoch + 1 and step % steps_per_epoch:
-                break
-        time.sleep(0.05)
-    assert process.poll() is None, "the run finished before it could be killed"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    killed_at = int(pointer.read_text().strip().split("-")[1])
+    killed_at = kill_at_checkpoint(
+        process, interrupted,
+        lambda step: step > steps_per_epoch + 1 and step % steps_per_epoch)
     assert steps_per_epoch < killed_at < 2 * steps_per_epoch
     recorded = json.loads((interrupted / "stream_passes.json").read_text())["batches_per_pass"]
     assert recorded and recorded[0] <= killed_at

@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
+from kill_resume import kill_at_checkpoint
 
 from training.config import TrainingConfig, load_config
 from training.runs.run_dir import load_run, prepare_run_dir
@@ -261,19 +261,8 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
 
     interrupted = tmp_path / "interrupted"
     process = subprocess.Popen(_train_command(interrupted), cwd=REPO, env=env)
-    pointer = interrupted / "checkpoints" / "resume" / "LATEST"
-    deadline = time.time() + 240
-    # Kill once a checkpoint exists that is not at an epoch boundary.
-    while time.time() < deadline and process.poll() is None:
-        if pointer.exists():
-            step = int(pointer.read_text().strip().split("-")[1])
-            if step % steps_per_epoch:
-                break
-        time.sleep(0.05)
-    assert process.poll() is None, "the run finished before it could be killed"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    killed_at = int(pointer.read_text().strip().split("-")[1])
+    # Killed once a checkpoint exists that is not at an epoch boundary.
+    killed_at = kill_at_checkpoint(process, interrupted, lambda step: step % steps_per_epoch)
     assert 0 < killed_at < 2 * steps_per_epoch
     assert not (interrupted / "metrics.json").exists()
 
