@@ -140,8 +140,6 @@ def _finish(processes, timeout):
 
 def _whole_pass(run_dir, patterns, fields=()):
     """The one-worker pass's rows, with the vocabulary the run saved."""
-    import multiworker_stream_worker as worker
-
     config = worker.config_for(patterns, fields)
     return collections.Counter(
         (tuple(enc), tuple(lab)) for enc, lab in worker.share_rows(config, str(run_dir)))
