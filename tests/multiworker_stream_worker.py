@@ -1,14 +1,15 @@
 """One worker of the streamed multi-worker tests in tests/test_multiworker_streaming.py.
 
     TF_CONFIG='{"cluster": ..., "task": ...}' \
-        python3 tests/multiworker_stream_worker.py RUN_DIR PATTERNS_JSON [ROWS.json]
+        python3 tests/multiworker_stream_worker.py RUN_DIR PATTERNS_JSON [ROWS.json [FIELDS_JSON]]
 
 Trains the `tiny` preset with `strategy=multi_worker` on the shard files
 PATTERNS_JSON names (a JSON list of the source and target globs), streamed
 (`in_memory_limit_mb=0`), into the shared RUN_DIR.  With ROWS.json, it then
 writes the rows one pass of its own share of the stream yields (this
 worker's position read from `TF_CONFIG`, as the strategy reads it), as
-[[encoder ids, labels], ...] without padding.
+[[encoder ids, labels], ...] without padding.  FIELDS_JSON, a JSON list of
+`FIELD=VALUE`, changes the config beyond `OVERRIDES` (ROWS.json may be "" then).
 """
 
 import json
@@ -33,9 +34,11 @@ OVERRIDES = ("dataset=files", "in_memory_limit_mb=0", "strategy=multi_worker",
              "checkpoint_every_steps=2", "tokens_per_batch=192", "vocabulary_size=120")
 
 
-def config_for(patterns):
-    """The test run's `TrainingConfig` reading `patterns` (source, target globs)."""
-    return load_config("tiny", [*OVERRIDES, f"train_files={json.dumps(list(patterns))}"])
+def config_for(patterns, fields=()):
+    """The test run's `TrainingConfig` reading `patterns` (source, target globs),
+    `fields` (`FIELD=VALUE` strings) changed beyond `OVERRIDES`."""
+    return load_config("tiny", [*OVERRIDES, f"train_files={json.dumps(list(patterns))}",
+                                *fields])
 
 
 def share_rows(config, run_dir):
@@ -55,10 +58,10 @@ def share_rows(config, run_dir):
     return rows
 
 
-def main(run_dir, patterns_json, rows_path=None):
-    config = config_for(json.loads(patterns_json))
+def main(run_dir, patterns_json, rows_path=None, fields_json="[]"):
+    config = config_for(json.loads(patterns_json), json.loads(fields_json))
     train(config, run_dir, verbose="auto")
-    if rows_path is not None:
+    if rows_path:
         with open(rows_path, "w", encoding="utf-8") as f:
             json.dump(share_rows(config, run_dir), f)
 

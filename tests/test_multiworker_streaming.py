@@ -1,7 +1,8 @@
 """Streamed corpora under multi-worker training: each worker reads its own
 share (`training.pipeline.streaming.worker_sharding`), the shares make up
 the one-worker pass, two workers on loopback train a streamed corpus with
-only the chief writing, and a killed worker's restart finishes the run."""
+only the chief writing and the loss curve of one worker at the same global
+batch, and a killed worker's restart finishes the run."""
 
 import collections
 import json
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import keras
+import numpy as np
 import pytest
 
 from training.data import shards
@@ -18,8 +21,11 @@ from training.pipeline import streaming
 from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multiworker_stream_worker as worker  # noqa: E402
 from test_distribute import _free_ports  # noqa: E402
-from test_streaming import _pairs, _rows, _shard  # noqa: E402
+from test_streaming import WORDS, _pairs, _rows, _shard  # noqa: E402
+
+from training.train import train  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "tests", "multiworker_stream_worker.py")
@@ -98,8 +104,9 @@ def test_a_streamed_dataset_is_not_sharded_again_by_tf_distribute(tmp_path, toke
 # --- two worker processes on loopback ---------------------------------------------------
 
 
-def _start_workers(run_dir, patterns, rows_dir=None):
-    """Two `multiworker_stream_worker.py` processes of one cluster on loopback."""
+def _start_workers(run_dir, patterns, rows_dir=None, fields=()):
+    """Two `multiworker_stream_worker.py` processes of one cluster on loopback;
+    `fields`: `FIELD=VALUE` config changes beyond the worker's `OVERRIDES`."""
     workers = [f"localhost:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):
@@ -107,8 +114,8 @@ def _start_workers(run_dir, patterns, rows_dir=None):
         env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "CUDA_VISIBLE_DEVICES": "",
                "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0"}
         command = [sys.executable, WORKER, str(run_dir), json.dumps(list(patterns))]
-        if rows_dir is not None:
-            command.append(str(rows_dir / f"rows{index}.json"))
+        command.append(str(rows_dir / f"rows{index}.json") if rows_dir is not None else "")
+        command.append(json.dumps(list(fields)))
         processes.append(subprocess.Popen(command, cwd=REPO, env=env, text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     return processes
@@ -131,47 +138,114 @@ def _finish(processes, timeout):
     return outputs
 
 
-def _whole_pass(run_dir, patterns):
+def _whole_pass(run_dir, patterns, fields=()):
     """The one-worker pass's rows, with the vocabulary the run saved."""
-    import multiworker_stream_worker as worker
-
-    config = worker.config_for(patterns)
+    config = worker.config_for(patterns, fields)
     return collections.Counter(
         (tuple(enc), tuple(lab)) for enc, lab in worker.share_rows(config, str(run_dir)))
 
 
+#: Every sentence in the first length bucket (3 words, 4 tokens with BOS / EOS;
+#: lengths < 8 take 896 // 7 = 128 sentences a batch): a worker's share of a
+#: pass (about 120 pairs) is one batch, and a one-worker run with twice the
+#: tokens per batch takes the whole pass (about 240) as one.  An epoch is 4
+#: such updates, so the 2 epochs (no dropout: fewer than `dropout_min_epochs`)
+#: take 8.
+PER_WORKER_TOKENS = 896
+WORKER_FIELDS = (f"tokens_per_batch={PER_WORKER_TOKENS}", "steps_per_epoch=4")
+
+
+def _triples(count, seed=0):
+    """`count` distinct (three words, the words reversed) pairs."""
+    rng = np.random.default_rng(seed)
+    triples = [(a, b, c) for a in WORDS for b in WORDS for c in WORDS if len({a, b, c}) == 3]
+    chosen = rng.choice(len(triples), size=count, replace=False)
+    return [(" ".join(triples[i]), " ".join(reversed(triples[i]))) for i in chosen]
+
+
+def _one_worker_run(run_dir, patterns):
+    """The metrics of one process trained on `patterns` at the two workers'
+    global batch (twice a worker's tokens per batch), otherwise as they are."""
+    config = worker.config_for(patterns, [*WORKER_FIELDS, "strategy=default",
+                                          f"tokens_per_batch={2 * PER_WORKER_TOKENS}"])
+    return train(config, str(run_dir), verbose=0)
+
+
+def _weights(run_dir):
+    import keras_transformer  # noqa: F401  (registers the model's classes)
+    import training.recipe.losses  # noqa: F401
+
+    return keras.saving.load_model(run_dir / "model.keras").get_weights()
+
+
 @pytest.mark.slow
 def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
-    """Two workers train 4 gzip shards streamed, file-level.
+    """Two workers train 4 gzip shards streamed, file-level; their shares of
+    a pass are disjoint and make up the one-worker pass, and they train as
+    one worker does at the same global batch.
 
-    Compared with a one-worker run by what they read, not by their loss
-    curves: each worker shuffles and batches its own share by length, so a
-    step's global batch (worker 0's batch with worker 1's) holds other
-    examples than the one-worker stream's batch of the same tokens, and
-    the curves differ by more than rounding.  What must hold is that the
-    two shares of a pass are disjoint and make up the one-worker pass.
+    Sentences of one length bucket, and a token budget that holds a
+    worker's share of a pass, make each step's global batch (worker 0's
+    batch with worker 1's) the whole pass, as one worker's batch of twice
+    the tokens is.  (Sentences of many lengths would not: each worker
+    shuffles and buckets its own share, so a step's global batch holds other
+    examples than the one-worker step's.)  Then the runs differ only by
+    rounding, which Adam's first steps (about `lr * sign(gradient)` per
+    weight) amplify on weights whose gradient is near zero:
+
+    * The plan (peak learning rate, warm-up, updates, tokens per batch) is
+      the same: the recipe counts the global batch's tokens.
+    * Validation loss per epoch, two workers against one (seed 0):
+      4.6718 / 4.3048 against 4.6622 / 4.2894, at most 0.016 apart.  One
+      worker with seeds 0, 1, 2: 4.662, 4.474, 4.246 / 4.289, 4.153, 3.885,
+      a standard deviation of about 0.21 per epoch; the tolerance, 0.05, is
+      a quarter of it.  At an equal learning rate of 1e-9 (weights that do
+      not move) the two runs' validation losses agree to all digits.
+    * The weights: at most 0.014 apart (mean 0.0013), where seeds 0 and 1
+      end at most 1.2 apart (mean 0.11).
+    * Training loss per epoch: 4.5399 / 4.2023 against 4.5366 / 4.1884
+      (seeds: 4.537, 4.544, 4.975 / 4.188, 4.090, 4.471).  Keras 3 logs,
+      under `MultiWorkerMirroredStrategy`, each worker's own replica's
+      metrics, so this is the chief's share's token loss times 2 over the
+      global batch's tokens; over an epoch the shares alternate and it
+      stays within the same 0.05 (one update a pass: 4.5668 and 4.6310
+      where one worker has 4.5988 at equal weights, their mean).
     """
-    patterns = _shard(tmp_path, _pairs(240), 4)
+    patterns = _shard(tmp_path, _triples(240), 4)
     run_dir = tmp_path / "run"
-    processes = _start_workers(run_dir, patterns, tmp_path)
+    processes = _start_workers(run_dir, patterns, tmp_path, WORKER_FIELDS)
     outputs = _finish(processes, timeout=240)
     for index, output in enumerate(outputs):
         assert (f"file-level sharding, worker {index} reads 2 of the 4 shard files"
                 in output), output[-2000:]
         assert "per-worker batches" in output
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["steps"] == 2 * metrics["steps_per_epoch"]
+    assert metrics["steps"] == 2 * metrics["steps_per_epoch"] == 8
     losses = metrics["history"]["loss"]
-    assert len(losses) == 2 and all(0 < loss < 10 for loss in losses)  # finite, ln(120)≈4.8
+    assert len(losses) == 2 and all(0 < loss < 10 for loss in losses)  # finite
 
     shares = [collections.Counter((tuple(enc), tuple(lab)) for enc, lab in
                                   json.loads((tmp_path / f"rows{i}.json").read_text()))
               for i in range(2)]
-    whole = _whole_pass(run_dir, patterns)
+    whole = _whole_pass(run_dir, patterns, WORKER_FIELDS)
     # The pairs less the first shard's lines held out to validate.
     assert 220 < sum(whole.values()) < 240
     assert not set(shares[0]) & set(shares[1])
     assert shares[0] + shares[1] == whole
+    # Each share is one batch of at most 896 // 7 sentences; the pass is one of twice that.
+    assert all(sum(share.values()) <= PER_WORKER_TOKENS // 7 for share in shares)
+
+    one = _one_worker_run(tmp_path / "one", patterns)
+    assert one["plan"] == metrics["plan"]
+    for name in ("loss", "val_loss"):
+        two_curve, one_curve = metrics["history"][name], one["history"][name]
+        assert len(two_curve) == len(one_curve) == 2
+        assert two_curve[1] < two_curve[0] - 0.2 and one_curve[1] < one_curve[0] - 0.2
+        assert max(abs(a - b) for a, b in zip(two_curve, one_curve, strict=True)) < 0.05, (
+            name, two_curve, one_curve)
+    apart = [np.abs(a - b) for a, b in zip(_weights(run_dir), _weights(tmp_path / "one"),
+                                           strict=True)]
+    assert max(float(np.max(d)) for d in apart) < 0.05
 
     # Only the chief (worker 0) wrote: one process's summaries, one pass record.
     # (A summary file's name holds the writing process's id.)
