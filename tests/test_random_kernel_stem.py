@@ -191,3 +191,27 @@ def test_the_stem_runs_on_the_jax_backend():
     shape, low, high, biases = result.stdout.strip().splitlines()[-1].rsplit(" ", 3)
     assert shape.startswith("(4, 4,") and 0 <= float(low) <= float(high) <= 1
     assert float(biases) > 0
+
+
+def test_the_preset_with_level_features_adapts_them_to_the_training_series():
+    """`series_level_features=true`: each member's level features standardise
+    the training series' own statistics (mean 0, scale their std), and the
+    option needs the standardisation whose statistics they give back."""
+    task = get_task("timeseries")
+    config = load_config("series_classification",
+                         ['train_files=["x.txt"]', "ensemble_size=2", "stem_windows=4",
+                          "stem_kernel_features=200", "series_level_features=true"])
+    data = _data()
+    x = data.train[0] * np.linspace(0.5, 3.0, len(data.train[0]))[:, None, None] + 1.0
+    data = TaskData((x, data.train[1]), data.valid, data.test, label_names=data.label_names)
+    model = task.build_model(task.resolve_config(config, data), data)
+    mean = np.concatenate([x.mean(axis=1), 0.5 * np.log(x.var(axis=1) + 1e-5)], axis=-1)
+    for member in model.members:
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(member.level_features.statistic_mean),
+            mean.mean(axis=0), rtol=1e-4, atol=1e-5)
+        assert member.get_config()["series_level_features"] is True
+    with pytest.raises(ValueError, match="series_level_features=true, standardize_series=false"):
+        load_config("series_classification", ['train_files=["x.txt"]',
+                                              "series_level_features=true",
+                                              "standardize_series=false"])

@@ -12,6 +12,7 @@ from harness import run_layer_test
 from keras import ops
 
 from keras_transformer.layers import (
+    SeriesLevelFeatures,
     SeriesPatches,
     SeriesStandardization,
     fill_missing,
@@ -91,6 +92,73 @@ def test_standardization_layer_passes_the_harness(tmp_path):
     )
 
 
+def test_series_statistics_read_the_known_values_only():
+    """The level and log scale `standardize` returns: each feature's mean and
+    log standard deviation over its known values; padding and NaN change
+    nothing, and a series gives the statistics it gives alone."""
+    rng = np.random.default_rng(2)
+    rows = [(rng.normal(size=(n, 3)) * [1.0, 5.0, 0.1] + [0.0, 3.0, -2.0]).astype("float32")
+            for n in (9, 4, 7)]
+    rows[0][2, 1] = NAN  # a missing value
+    rows[2][3] = NAN  # a missing step
+    layer = SeriesStandardization()
+    standardized, statistics = layer.standardize(_pad(rows, length=12))
+    np.testing.assert_array_equal(ops.convert_to_numpy(standardized),
+                                  ops.convert_to_numpy(layer(_pad(rows, length=12))))
+    statistics = ops.convert_to_numpy(statistics)
+    assert statistics.shape == (3, 1, 6)
+    for i, row in enumerate(rows):
+        mean = np.nanmean(row, axis=0)
+        log_std = 0.5 * np.log(np.nanvar(row, axis=0) + 1e-5)
+        np.testing.assert_allclose(statistics[i, 0], np.concatenate([mean, log_std]),
+                                   rtol=1e-5, atol=1e-5, err_msg=f"series {i}")
+        alone = ops.convert_to_numpy(layer.standardize(row[None])[1])
+        np.testing.assert_allclose(statistics[i], alone[0], atol=1e-6)
+
+
+def test_level_features_standardize_what_they_adapt_to_and_pass_the_harness(tmp_path):
+    statistics = np.random.default_rng(3).normal(4.0, 3.0, size=(20, 1, 6)).astype("float32")
+    layer = SeriesLevelFeatures(8)
+    layer.adapt(statistics)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.statistic_mean),
+                               statistics.mean(axis=(0, 1)), rtol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.statistic_scale),
+                               statistics.std(axis=(0, 1)), rtol=1e-5)
+    kernel, bias = (ops.convert_to_numpy(w) for w in layer.projection.weights)
+    standardized = (statistics - statistics.mean(axis=(0, 1))) / statistics.std(axis=(0, 1))
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(statistics)),
+                               standardized @ kernel + bias, atol=1e-4)
+    with pytest.raises(ValueError, match="finite statistics"):
+        layer.adapt(np.full((2, 6), NAN, np.float32))
+    run_layer_test(SeriesLevelFeatures, {"hidden_dim": 8}, statistics[:2], tmp_path,
+                   expected_output_shape=(2, 1, 8),
+                   frozen_ok=("statistic_mean", "statistic_scale"))
+
+
+def test_level_features_give_back_the_level_and_scale_standardization_removes():
+    """Standardized alone, a series and the same series shifted and scaled give
+    one output; with `series_level_features`, two outputs; the option stays
+    in the config, and it needs `standardize_series`."""
+    options = dict(CLASSIFIER, patch_length=4, standardize_series=True)
+    row = _series(12, 3, 0)[None]
+    moved = row * 3.0 + 2.0
+    plain = TransformerClassifier(**options)
+    np.testing.assert_allclose(ops.convert_to_numpy(plain(row, training=False)),
+                               ops.convert_to_numpy(plain(moved, training=False)), atol=1e-4)
+    model = TransformerClassifier(**options, series_level_features=True)
+    model.adapt_level_features(np.concatenate([row, moved, _series(12, 3, 1)[None]]))
+    got = ops.convert_to_numpy(model(np.concatenate([row, moved]), training=False))
+    assert np.abs(got[0] - got[1]).max() > 1e-3
+    config = model.get_config()
+    assert config["series_level_features"] is True
+    rebuilt = TransformerClassifier.from_config(config)
+    assert rebuilt.level_features is not None and plain.level_features is None
+    with pytest.raises(ValueError, match="series_level_features=True, standardize_series=False"):
+        TransformerClassifier(**CLASSIFIER, patch_length=4, series_level_features=True)
+    with pytest.raises(ValueError, match="adapt_level_features"):
+        plain.adapt_level_features(row)
+
+
 @pytest.mark.parametrize("p, s", [(4, None), (4, 2), (3, 1), (5, 5)])
 def test_token_mask_keeps_the_patches_of_the_series_alone(p, s):
     layer = SeriesPatches(p, stride=s)
@@ -119,9 +187,11 @@ CLASSIFIER = dict(
             series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)),
         dict(random_kernel_stem=dict(series_length=24, num_windows=3, num_kernel_features=168,
                                      max_dilations=1, max_positions=8)),
+        dict(standardize_series=True, series_level_features=True, random_kernel_stem=dict(
+            series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)),
     ],
     ids=["overlap_standardized", "patches_max", "steps_learned", "prenorm_ngrams",
-         "kernel_stem", "kernel_stem_strided"],
+         "kernel_stem", "kernel_stem_strided", "kernel_stem_level_features"],
 )
 def test_a_padded_series_gives_its_own_output(options):
     """Each series alone at its own length == the same series NaN-padded in a
@@ -134,6 +204,9 @@ def test_a_padded_series_gives_its_own_output(options):
     if "random_kernel_stem" in options:  # biases from the padded series' own steps
         model.adapt_stem(batch)
         assert np.any(ops.convert_to_numpy(model.kernel_stem.biases) != 0)
+    if options.get("series_level_features"):  # their standardization, from the same series
+        model.adapt_level_features(batch * 2.0 + 1.0)
+        assert np.all(ops.convert_to_numpy(model.level_features.statistic_mean) != 0)
     padded = ops.convert_to_numpy(model(batch, training=False))
     assert np.isfinite(padded).all()
     for i, row in enumerate(rows):
@@ -194,10 +267,13 @@ def test_mixup_keeps_the_main_series_length_and_missing_values():
     np.testing.assert_allclose(mixed, want, atol=1e-5)
 
 
-#: The two series stems: patches, and MiniRocket's kernels (the preset's).
+#: The two series stems: patches, and MiniRocket's kernels (the preset's), that
+#: one with each series' level and scale added to its tokens too.
 STEMS = {
     "patches": dict(patch_length=4, patch_stride=2),
     "kernel_stem": dict(random_kernel_stem=dict(
+        series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)),
+    "kernel_stem_level_features": dict(series_level_features=True, random_kernel_stem=dict(
         series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)),
 }
 
@@ -215,8 +291,10 @@ def _exported_classifier(stem="patches"):
     rows = [_series(n, 3, seed) * (seed + 1) for seed, n in enumerate((16, 9, 12, 3))]
     rows[1][4, 2] = NAN  # a missing value
     rows[2][6] = NAN  # a missing step
-    if stem == "kernel_stem":
+    if "random_kernel_stem" in STEMS[stem]:
         model.adapt_stem(_pad(rows))
+    if STEMS[stem].get("series_level_features"):
+        model.adapt_level_features(_pad(rows))
     return model, get_task("timeseries", label_names=["a", "b", "c"]), rows
 
 

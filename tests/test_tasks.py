@@ -70,7 +70,8 @@ def test_recipe_defaults_name_config_fields(name):
 
 
 def test_task_only_fields_are_refused_where_unused():
-    series = dict(patch_length=4, patch_stride=1, standardize_series=True)
+    series = dict(patch_length=4, patch_stride=1, standardize_series=True,
+                  series_level_features=True)
     stem = dict(series_stem="random_kernels", stem_windows=4, stem_kernel_features=336)
     text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, cross_fit=True,
                 char_ngram_buckets=64)

@@ -24,10 +24,12 @@ from keras_transformer.layers.scaled_dot_product_attention import (
     masked_softmax,
     scaled_dot_product_attention,
 )
+from keras_transformer.layers.series_level_features import SeriesLevelFeatures
 from keras_transformer.layers.series_masking import (
     SeriesStandardization,
     fill_missing,
     series_lengths,
+    series_statistics,
     step_mask,
 )
 from keras_transformer.layers.series_patches import SeriesPatches
@@ -48,6 +50,7 @@ __all__ = [
     "MultiHeadAttention",
     "NGramConvolution",
     "PositionEmbedding",
+    "SeriesLevelFeatures",
     "SeriesPatches",
     "SeriesStandardization",
     "SinusoidalPositionEncoding",
@@ -63,6 +66,7 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "series_lengths",
+    "series_statistics",
     "step_mask",
     "threefry2x32",
     "threefry_bits",

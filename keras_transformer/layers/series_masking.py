@@ -74,6 +74,18 @@ def _feature_moments(features):
     return x, known, mean, variance
 
 
+def series_statistics(mean, variance, epsilon=1e-5):
+    """`(B, 1, 2F)`: each series' mean and log standard deviation per feature.
+
+    What `SeriesStandardization` removes, from the moments it computes
+    (`SeriesStandardization.standardize`): the level `mean` `(B, 1, F)` and
+    the scale as `0.5 * log(variance + epsilon)`, the log of the standard
+    deviation it divides by, finite for a constant feature (`variance` 0).
+    """
+    log_scale = 0.5 * ops.log(variance + epsilon)
+    return ops.concatenate([mean, log_scale], axis=-1)
+
+
 def fill_missing(features):
     """`features` with no NaN left, in float32.
 
@@ -122,9 +134,17 @@ class SeriesStandardization(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        return self.standardize(inputs)[0]
+
+    def standardize(self, inputs):
+        """`(standardized, statistics)`: the layer's output and, from the same
+        moments, each series' level and log scale `(B, 1, 2F)` per feature
+        (`series_statistics`), both in the layer's compute dtype."""
         x, known, mean, variance = _feature_moments(inputs)
         scaled = (x - mean) * ops.rsqrt(variance + self.epsilon)
-        return ops.cast(ops.where(known, scaled, 0.0), self.compute_dtype)
+        statistics = series_statistics(mean, variance, self.epsilon)
+        return (ops.cast(ops.where(known, scaled, 0.0), self.compute_dtype),
+                ops.cast(statistics, self.compute_dtype))
 
     def compute_output_shape(self, input_shape):
         return input_shape

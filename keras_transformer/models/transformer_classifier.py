@@ -1,12 +1,14 @@
 """An encoder-only Transformer classifier for token or numeric sequences."""
 
 import keras
+import numpy as np
 
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.position_embedding import PositionEmbedding
 from keras_transformer.layers.random_kernel_stem import RandomKernelStem
+from keras_transformer.layers.series_level_features import SeriesLevelFeatures
 from keras_transformer.layers.series_masking import (
     SeriesStandardization,
     fill_missing,
@@ -116,6 +118,11 @@ class TransformerClassifier(PooledClassifier):
       masked out of attention and pooling, so that a padded series gives the
       output it gives alone, and a missing value takes its feature's mean
       over the series (0 after standardization).
+      With `series_level_features` too, what standardization removes comes
+      back, added to every token: each series' mean and log standard
+      deviation per feature over its known steps, projected to `hidden_dim`
+      (`SeriesLevelFeatures`), so that the model reads the shape and the
+      level and scale.
 
     With `ngram_widths`, an `NGramConvolution` residual sub-layer mixes each
     token with its neighbours before the encoder (convolutions of those
@@ -167,6 +174,10 @@ class TransformerClassifier(PooledClassifier):
             arguments (`series_length`, `num_windows`, ...), whose windows'
             MiniRocket features are the tokens, in place of patches (set
             its biases with `adapt_stem` before training); None: none.
+        series_level_features: numeric input with `standardize_series`
+            only: each series' level and scale added to every token
+            (above; set their standardization with
+            `adapt_level_features` before training).
 
     Output: `logits` `(B, num_classes)`, float32.
 
@@ -203,6 +214,7 @@ class TransformerClassifier(PooledClassifier):
         char_ngram_buckets=0,
         char_ngrams_per_word=32,
         random_kernel_stem=None,
+        series_level_features=False,
         dtype=None,
         **kwargs,
     ):
@@ -239,6 +251,14 @@ class TransformerClassifier(PooledClassifier):
         check_bool("standardize_series", standardize_series)
         _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
                           patch_stride, standardize_series)
+        check_bool("series_level_features", series_level_features)
+        if series_level_features and not standardize_series:
+            raise ValueError(
+                "`series_level_features` gives back the level and scale that "
+                "`standardize_series` removes: it needs standardize_series=True; received "
+                f"series_level_features={series_level_features!r}, standardize_series="
+                f"{standardize_series!r}."
+            )
         if random_kernel_stem is not None and (vocabulary_size is not None or patch_length > 1):
             raise ValueError(
                 "`random_kernel_stem` applies to numeric input without patches; received "
@@ -261,6 +281,10 @@ class TransformerClassifier(PooledClassifier):
         self.kernel_stem = (
             RandomKernelStem(**random_kernel_stem, dtype=dtype, name="random_kernel_stem")
             if random_kernel_stem is not None else None
+        )
+        self.level_features = (
+            SeriesLevelFeatures(hidden_dim, dtype=dtype, name="series_level_features")
+            if series_level_features else None
         )
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
@@ -322,6 +346,7 @@ class TransformerClassifier(PooledClassifier):
         self.pooling_mode = pooling
         self.random_kernel_stem = (dict(random_kernel_stem) if random_kernel_stem is not None
                                    else None)
+        self.series_level_features = series_level_features
 
     def adapt_stem(self, series):
         """Sets the `RandomKernelStem`'s biases from training series `(N, T, F)`,
@@ -334,6 +359,19 @@ class TransformerClassifier(PooledClassifier):
         self.kernel_stem.adapt(keras.ops.convert_to_numpy(series),
                                lengths=keras.ops.convert_to_numpy(lengths))
 
+    def adapt_level_features(self, series, batch_size=256):
+        """Sets the `SeriesLevelFeatures`' standardization from the statistics
+        of training series `(N, T, F)` (NaN-padded)."""
+        if self.level_features is None:
+            raise ValueError("`adapt_level_features` needs a model built with "
+                             "`series_level_features=True`.")
+        series = keras.ops.convert_to_tensor(series, "float32")
+        statistics = [
+            keras.ops.convert_to_numpy(self.series_norm.standardize(series[i:i + batch_size])[1])
+            for i in range(0, int(series.shape[0]), batch_size)
+        ]
+        self.level_features.adapt(np.concatenate(statistics))
+
     def token_features(self, token_ids):
         """Token input -> `(x, mask)`, the model's first layers
         (`pooled_classifier.embed_tokens`)."""
@@ -342,9 +380,15 @@ class TransformerClassifier(PooledClassifier):
     def series_features(self, features):
         """NaN-padded series `(B, T, F)` -> `(x, mask)`: the tokens `(B, T', d)`
         with their positions, and `(B, T')` True at the tokens of each
-        series' own steps (`keras_transformer.layers.series_masking`)."""
+        series' own steps (`keras_transformer.layers.series_masking`); with
+        `series_level_features`, the series' level and scale added to every
+        token."""
         lengths = series_lengths(features)  # (B,): padding is all-NaN steps at the end
-        if self.series_norm is not None:
+        statistics = None
+        if self.level_features is not None:
+            # (B, T, F) and (B, 1, 2F): the series' mean and log std, from the same moments
+            x, statistics = self.series_norm.standardize(features)
+        elif self.series_norm is not None:
             x = self.series_norm(features)  # (B, T, F): mean 0, std 1 over T, NaN -> 0
         else:
             x = fill_missing(features)  # missing -> the feature's mean, padding -> 0
@@ -357,7 +401,10 @@ class TransformerClassifier(PooledClassifier):
         else:
             mask = step_mask(lengths, x)
         x = self.feature_projection(x)  # (B, T', d): T' tokens
-        return x + self.position_encoding(x), mask
+        x = x + self.position_encoding(x)
+        if statistics is not None:
+            x = x + self.level_features(statistics)  # (B, 1, d): the same for every token
+        return x, mask
 
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
@@ -402,4 +449,5 @@ class TransformerClassifier(PooledClassifier):
             "char_ngram_buckets": self.char_ngram_buckets,
             "char_ngrams_per_word": self.char_ngrams_per_word,
             "random_kernel_stem": self.random_kernel_stem,
+            "series_level_features": self.series_level_features,
         }

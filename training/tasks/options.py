@@ -148,6 +148,9 @@ class SeriesOptions(ClassifierOptions):
     stem_windows: int = 8
     # Features per window of the "random_kernels" stem (84 kernels x dilations x biases).
     stem_kernel_features: int = 2016
+    # Each series' per-channel mean and log standard deviation (what `standardize_series`
+    # removes), projected and added to every token (keras_transformer.layers.SeriesLevelFeatures).
+    series_level_features: bool = False
 
     def validate(self, from_data=()):
         super().validate(from_data)
@@ -165,6 +168,13 @@ class SeriesOptions(ClassifierOptions):
                              f"series_stem={self.series_stem!r}.")
         _positive_int("stem_windows", self.stem_windows)
         _positive_int("stem_kernel_features", self.stem_kernel_features)
+        _boolean("series_level_features", self.series_level_features)
+        if self.series_level_features and not self.standardize_series:
+            raise ValueError(
+                "`series_level_features` gives back the level and scale that `standardize_series` "
+                "removes: set standardize_series=true too; received series_level_features=true, "
+                "standardize_series=false."
+            )
         if self.series_stem == "random_kernels" and (self.patch_length or 1) > 1:
             raise ValueError(
                 "series_stem='random_kernels' makes its own tokens, without patches: leave "

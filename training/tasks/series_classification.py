@@ -200,7 +200,9 @@ class SeriesClassification(Task):
 
     def build_model(self, config, data):
         """The classifier; with the "random_kernels" stem, each member's stem
-        (its own seed) takes its biases from the training series."""
+        (its own seed) takes its biases from the training series, and with
+        `series_level_features` the standardization of the series' level and
+        scale."""
         stem = None
         if config.series_stem == "random_kernels":
             stem = {"series_length": int(data.train[0].shape[1]),
@@ -211,10 +213,13 @@ class SeriesClassification(Task):
             config, data, num_features=data.train[0].shape[-1],
             patch_length=config.patch_length, patch_stride=config.patch_stride,
             standardize_series=config.standardize_series, random_kernel_stem=stem,
+            series_level_features=config.series_level_features,
         )
-        if stem is not None:
-            for member in getattr(model, "members", [model]):
+        for member in getattr(model, "members", [model]):
+            if stem is not None:
                 member.adapt_stem(data.train[0])
+            if config.series_level_features:
+                member.adapt_level_features(data.train[0])
         return model
 
     def loss_and_metrics(self, config):
