@@ -170,6 +170,8 @@ def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
         (["epochs=0"], ValueError, "epochs=0"),
         (["task=regression"], ValueError, "regression"),
         (["precision=float8"], ValueError, "float8"),
+        (["strategy=multi_worker", "time_budget_minutes=10"], ValueError,
+         "time_budget_minutes=10 with strategy='multi_worker'"),
         (["ngram_widths=[3,4]"], ValueError, r"`ngram_widths` does not apply"),  # translation
         (["task=classification", "dataset=sst2", "ngram_widths=[3,0]"], ValueError,
          r"ngram_widths=\(3, 0\)"),

@@ -231,6 +231,16 @@ class TrainingConfig:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
                 raise ValueError(f"`{name}` must be a positive number or null; received {name}={value!r}.")
+        if self.time_budget_minutes is not None and self.strategy == "multi_worker":
+            # Each worker would time its own updates and plan its own end:
+            # plans that differ by one update leave the others waiting in
+            # a collective for a step that never comes.
+            raise ValueError(
+                "time_budget_minutes applies to one machine; under strategy='multi_worker' "
+                "each worker would plan its own number of updates. Give `epochs` (or "
+                f"`steps_per_epoch`) instead; received time_budget_minutes="
+                f"{self.time_budget_minutes!r} with strategy='multi_worker'."
+            )
         if self.weight_decay is not None and not 0 <= self.weight_decay < 1:
             raise ValueError(f"`weight_decay` must be in [0, 1) or null; received {self.weight_decay!r}.")
         if self.short_run_num_layers is not None and (
