@@ -212,8 +212,9 @@ def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
       (`training.distribute._KerasMultiWorkerMirroredStrategy.reduce`), and
       an epoch's figures are read from the metrics' variables, summed over
       the workers.  The first batch (the same initial weights) logs loss
-      4.5664 and masked accuracy 0.0063 on both workers, 4.5988 and 0.0042
-      on one worker; by the end of an epoch the gap is the 0.014 above.
+      4.5664 on both workers, the mean of their own 4.5233 and 4.6095
+      (which each logs when its figure is not reduced), and 4.5988 on one
+      worker; by the end of an epoch the gap is the 0.014 above.
     """
     patterns = _shard(tmp_path, _triples(240), 4)
     run_dir = tmp_path / "run"
