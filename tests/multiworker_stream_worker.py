@@ -8,7 +8,10 @@ PATTERNS_JSON names (a JSON list of the source and target globs), streamed
 (`in_memory_limit_mb=0`), into the shared RUN_DIR.  With ROWS.json, it then
 writes the rows one pass of its own share of the stream yields (this
 worker's position read from `TF_CONFIG`, as the strategy reads it), as
-[[encoder ids, labels], ...] without padding.  FIELDS_JSON, a JSON list of
+[[encoder ids, labels], ...] without padding, and, beside it,
+history{INDEX}.json (INDEX its worker index): what this worker logged,
+`{"epochs": the run's per-epoch history, "batches": [the logs fit's
+callbacks got after each training batch, ...]}`.  FIELDS_JSON, a JSON list of
 `FIELD=VALUE`, changes the config beyond `OVERRIDES` (ROWS.json may be "" then).
 """
 
@@ -21,6 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from training.config import load_config  # noqa: E402
@@ -58,12 +63,32 @@ def share_rows(config, run_dir):
     return rows
 
 
+def record_batch_logs():
+    """A list that receives, from now on, the logs (name: float) every
+    training batch's callbacks get (progress, step scalars, budget)."""
+    batches = []
+    on_batch_end = keras.callbacks.CallbackList.on_train_batch_end
+
+    def recording(callbacks, batch, logs=None):
+        batches.append({name: float(np.asarray(value)) for name, value in (logs or {}).items()
+                        if np.asarray(value).dtype.kind in "fi"})
+        return on_batch_end(callbacks, batch, logs)
+
+    keras.callbacks.CallbackList.on_train_batch_end = recording
+    return batches
+
+
 def main(run_dir, patterns_json, rows_path=None, fields_json="[]"):
     config = config_for(json.loads(patterns_json), json.loads(fields_json))
-    train(config, run_dir, verbose="auto")
+    batches = record_batch_logs()
+    metrics = train(config, run_dir, verbose="auto")
     if rows_path:
         with open(rows_path, "w", encoding="utf-8") as f:
             json.dump(share_rows(config, run_dir), f)
+        index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        history_path = os.path.join(os.path.dirname(rows_path), f"history{index}.json")
+        with open(history_path, "w", encoding="utf-8") as f:
+            json.dump({"epochs": metrics["history"], "batches": batches}, f)
 
 
 if __name__ == "__main__":

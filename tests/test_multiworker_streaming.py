@@ -204,12 +204,17 @@ def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
     * The weights: at most 0.014 apart (mean 0.0013), where seeds 0 and 1
       end at most 1.2 apart (mean 0.11).
     * Training loss per epoch: 4.5399 / 4.2023 against 4.5366 / 4.1884
-      (seeds: 4.537, 4.544, 4.975 / 4.188, 4.090, 4.471).  Keras 3 logs,
-      under `MultiWorkerMirroredStrategy`, each worker's own replica's
-      metrics, so this is the chief's share's token loss times 2 over the
-      global batch's tokens; over an epoch the shares alternate and it
-      stays within the same 0.05 (one update a pass: 4.5668 and 4.6310
-      where one worker has 4.5988 at equal weights, their mean).
+      (seeds: 4.537, 4.544, 4.975 / 4.188, 4.090, 4.471).
+    * Every worker logs the same training loss and metrics, after each
+      batch and each epoch: `fit` reduces each step's metric results with
+      `strategy.reduce("MEAN", ...)`, which all-reduces a worker's plain
+      scalar across the workers
+      (`training.distribute._KerasMultiWorkerMirroredStrategy.reduce`), and
+      an epoch's figures are read from the metrics' variables, summed over
+      the workers.  The first batch (the same initial weights) logs loss
+      4.5664 on both workers, the mean of their own 4.5233 and 4.6095
+      (which each logs when its figure is not reduced), and 4.5988 on one
+      worker; by the end of an epoch the gap is the 0.014 above.
     """
     patterns = _shard(tmp_path, _triples(240), 4)
     run_dir = tmp_path / "run"
@@ -223,6 +228,19 @@ def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
     assert metrics["steps"] == 2 * metrics["steps_per_epoch"] == 8
     losses = metrics["history"]["loss"]
     assert len(losses) == 2 and all(0 < loss < 10 for loss in losses)  # finite
+    # Both workers logged the same (global) figures after every batch and
+    # every epoch, which the chief wrote (all but each one's own wall time).
+    logged = [json.loads((tmp_path / f"history{i}.json").read_text()) for i in range(2)]
+    assert len(logged[0]["batches"]) == len(logged[1]["batches"]) == 8
+    for ours, theirs in zip(logged[0]["batches"], logged[1]["batches"], strict=True):
+        assert {"loss", "masked_accuracy"} <= set(ours) == set(theirs)
+        for name in ours:
+            np.testing.assert_allclose(ours[name], theirs[name], atol=1e-5, err_msg=name)
+    for name in set(logged[0]["epochs"]) - {"epoch_seconds"}:
+        np.testing.assert_allclose(logged[0]["epochs"][name], logged[1]["epochs"][name],
+                                   atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(logged[0]["epochs"][name], metrics["history"][name],
+                                   atol=1e-6, err_msg=name)
 
     shares = [collections.Counter((tuple(enc), tuple(lab)) for enc, lab in
                                   json.loads((tmp_path / f"rows{i}.json").read_text()))

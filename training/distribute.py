@@ -256,6 +256,10 @@ class _KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrateg
     the first step (keras-team/keras#20585, tensorflow/tensorflow#72388).
     This reduces a scalar over replicas only, and gives the data batch its
     worker's own values (the build needs its shapes, not a mean of token ids).
+    A scalar metric result is a plain tensor computed in this worker's
+    replica; the collective reduce all-reduces it across the workers
+    (`CollectiveAllReduceExtended._reduce_to`), so every worker logs the
+    same, mean, figures after each batch (tests/test_multiworker_streaming.py).
 
     Fault tolerance: `MultiWorkerMirroredStrategy` cannot take a restarted
     worker back into a running collective group; when a worker dies, the
