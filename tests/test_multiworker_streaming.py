@@ -22,6 +22,7 @@ from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabul
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multiworker_stream_worker as worker  # noqa: E402
+from kill_resume import checkpoint_step  # noqa: E402
 from test_distribute import _free_ports  # noqa: E402
 from test_streaming import WORDS, _pairs, _rows, _shard  # noqa: E402
 
@@ -284,11 +285,10 @@ def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path):
     patterns = _shard(tmp_path, _pairs(240), 4)
     run_dir = tmp_path / "run"
     processes = _start_workers(run_dir, patterns)
-    pointer = run_dir / "checkpoints" / "resume" / "LATEST"
     deadline = time.monotonic() + 180
     try:
         while time.monotonic() < deadline and all(p.poll() is None for p in processes):
-            if pointer.exists():
+            if checkpoint_step(run_dir) is not None:
                 break
             time.sleep(0.05)
         assert all(p.poll() is None for p in processes), "a worker ended before the kill"
@@ -303,7 +303,7 @@ def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path):
             if process.poll() is None:
                 process.kill()
             process.communicate()
-    killed_at = int(pointer.read_text().strip().split("-")[1])
+    killed_at = checkpoint_step(run_dir)
     assert not (run_dir / "metrics.json").exists()
 
     outputs = _finish(_start_workers(run_dir, patterns), timeout=240)
