@@ -30,7 +30,7 @@ partial batches at the end); `--every 1` trains on the whole epoch.
 Data: ../shared/data/multi30k/train.{de,en}.gz via
 `training.data.readers.read_parallel`; the script exits with a message if
 they are absent.  The vocabulary is learned on the first run (seconds)
-on the whole training set and cached under /tmp/keras_transformer_bench/.
+on the whole training set and cached under benchmarks/.cache/bucketing/ (git-ignored).
 
     python3 benchmarks/bench_bucketing.py [--quick] [--pairs N]
 
@@ -48,7 +48,7 @@ import keras
 import numpy as np
 
 DATA = os.path.join(os.path.dirname(common.REPO_ROOT), "shared", "data", "multi30k")
-CACHE = "/tmp/keras_transformer_bench"
+CACHE = os.path.join(common.REPO_ROOT, "benchmarks", ".cache", "bucketing")
 MAX_SEQUENCE_LENGTH = 64
 TOKENS_PER_BATCH = 4096
 MODEL = dict(num_layers=2, hidden_dim=128, num_heads=4, intermediate_dim=512,

@@ -72,12 +72,20 @@ QUICK_TEST_SENTENCES = 100
 QUICK_OVERRIDES = ["epochs=1", "steps_per_epoch=3", "eval_sentences=0"]
 
 
+def as_typed(argv, work):
+    """`argv` as a user would type it: `python3` for this interpreter and
+    runs/bench_quality for the scratch folder, so that result files name no
+    path of the machine that ran them."""
+    typed = ["python3" if arg == sys.executable else arg for arg in argv]
+    return [arg.replace(work, os.path.join("runs", "bench_quality")) for arg in typed]
+
+
 def run_command(argv, log_path):
     """Runs `argv` from the repository root; `(return code, seconds)`.
 
     Its output goes to `log_path`; the last lines are printed if it fails.
     """
-    print("  $ " + shlex.join(argv), flush=True)
+    print("  $ " + shlex.join(as_typed(argv, os.path.dirname(log_path))), flush=True)
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         rc = subprocess.call(argv, cwd=common.REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -153,7 +161,7 @@ def run_ours(budget, source_language, target_language, work, quick):
     for item in overrides:
         argv += ["--set", item]
     rc, seconds = run_command(argv, os.path.join(work, label + ".log"))
-    return {"command": argv, "returncode": rc, "command_seconds": seconds,
+    return {"command": as_typed(argv, work), "returncode": rc, "command_seconds": seconds,
             "metrics": read_json(os.path.join(run_dir, "metrics.json"))}
 
 
@@ -165,7 +173,7 @@ def run_peer(budget, source_language, target_language, work, quick):
     if quick:
         argv += ["--test-limit", str(QUICK_TEST_SENTENCES)]
     rc, seconds = run_command(argv, os.path.join(work, label + ".log"))
-    return {"command": argv, "returncode": rc, "command_seconds": seconds,
+    return {"command": as_typed(argv, work), "returncode": rc, "command_seconds": seconds,
             "metrics": read_json(out)}
 
 
@@ -268,7 +276,7 @@ def classification(args, work):
             argv += ["--set", item]
         print(f"{name}:", flush=True)
         rc, seconds = run_command(argv, os.path.join(work, f"ours_{name}.log"))
-        rows.append({"task": name, "preset": preset, "command": argv, "returncode": rc,
+        rows.append({"task": name, "preset": preset, "command": as_typed(argv, work), "returncode": rc,
                      "command_seconds": seconds, "reference": reference,
                      "reference_source": source, "inception_time": inception,
                      "metrics": read_json(os.path.join(run_dir, "metrics.json"))})

@@ -28,10 +28,10 @@ with `--threads` TensorFlow and MiniRocket threads.  One JSON line per
 Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
 
     python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr
-    python3 benchmarks/write_uea_ts.py --name GunPoint --out /tmp/uea
-    python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr /tmp/uea \\
+    python3 benchmarks/write_uea_ts.py --name GunPoint --out runs/uea
+    python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr runs/uea \\
         --sets ArrowHead OSULeaf ACSF1 GunPoint ItalyPowerDemand \\
-        --seeds 0 1 2 --jobs 8 --threads 2 --json /tmp/series.json
+        --seeds 0 1 2 --jobs 8 --threads 2 --json runs/series.json
 """
 
 import argparse

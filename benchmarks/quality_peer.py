@@ -35,7 +35,7 @@ under benchmarks/.cache/ (git-ignored) together with the seconds they took;
 that time is reported, never charged to the budget.
 
     python3 benchmarks/quality_peer.py --budget 10 --direction de-en \\
-        --out /tmp/peer.json [--test-limit N] [--vocabulary-only]
+        --out runs/peer.json [--test-limit N] [--vocabulary-only]
 
 The JSON it writes uses the keys of our runs' metrics.json where they mean
 the same thing (test_bleu_greedy, train_seconds, ...).

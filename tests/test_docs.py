@@ -30,6 +30,8 @@ README_MAX_BYTES = 13_000
 README_MAX_LINE = 400
 #: The project's history is told by dates and by what changed, not by work sessions.
 SESSION_NUMBER = re.compile(r"sessions? [0-9]+", flags=re.I)
+#: A path of the machine that ran something: scratch folders, home folders, an interpreter.
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:tmp|root|home|work|Users)/")
 #: A repository path in backticks: `training/recipe/adaptive.py`, `benchmarks/results/x.json`.
 REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests)/[\w./-]+)`")
 #: A results file named alone: `quality_translation_de-en_10_run12.json`.
@@ -135,3 +137,22 @@ def test_no_file_names_a_work_session():
         if match
     ]
     assert not found, "files that name a session instead of a date or a change:\n" + "\n".join(found)
+
+
+def test_no_file_names_a_path_of_the_machine_that_made_it():
+    """Result files, docs and code name run folders and data relative to the
+    repository (runs/..., ../shared/data/...) and the interpreter as `python3`.
+    A notebook's stored outputs are what its run printed (a library's warning
+    names its installed file), so only its cells' sources are read."""
+    import json
+
+    found = []
+    for name, text in tracked_text_files():
+        if name.endswith(".ipynb"):
+            text = "\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        found += [
+            f"{name}:{number}: {line.strip()[:120]}"
+            for number, line in enumerate(text.splitlines(), start=1)
+            if MACHINE_PATH.search(line)
+        ]
+    assert not found, "files that name a path outside the repository:\n" + "\n".join(found)
