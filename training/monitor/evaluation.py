@@ -27,9 +27,12 @@ class Translator:
         self.beam_size = int(beam_size)
         self.length_penalty = float(length_penalty)
         self.extra_length = int(extra_length)
+        # No autograph: the search is written in keras.ops (it runs under
+        # jax.jit too), so converting its Python would only cost seconds.
         self.decode_ids = tf.function(
             self._decode,
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
+            autograph=False,
         )
 
     def _decode(self, encoder_token_ids):

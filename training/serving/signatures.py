@@ -188,7 +188,9 @@ class TranslatorModule(tf.Module):
     def _detokenize(self, token_ids):
         return detokenize_ids(self.tokenizer, token_ids)  # "a man's t-shirt."
 
-    @tf.function(input_signature=[SENTENCES])
+    # The searches are keras.ops loops (they run under jax.jit too): autograph
+    # would convert their Python for nothing but seconds of tracing.
+    @tf.function(input_signature=[SENTENCES], autograph=False)
     def translate(self, sentences):
         """Strings `(B,)` -> `{"translations": (B,) tf.string}` by greedy search."""
         return {
@@ -198,7 +200,8 @@ class TranslatorModule(tf.Module):
     @tf.function(
         input_signature=[
             tf.TensorSpec([None, None], tf.int32, name="encoder_token_ids")
-        ]
+        ],
+        autograph=False,
     )
     def translate_ids(self, encoder_token_ids):
         """Source ids `(B, S)` -> `{"token_ids": (B, L) int32}` (END included, 0 after).
@@ -211,7 +214,7 @@ class TranslatorModule(tf.Module):
         )
         return {"token_ids": self._greedy(_at_least_one_column(ids))}
 
-    @tf.function(input_signature=[SENTENCES])
+    @tf.function(input_signature=[SENTENCES], autograph=False)
     def translate_beam(self, sentences):
         """Strings `(B,)` -> `{"translations": (B,), "scores": (B,) float32}`.
 

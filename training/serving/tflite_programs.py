@@ -149,7 +149,7 @@ def classifier_tflite(model, quantize="none", sequence_length=None, batch_size=1
     """
     spec, prepare = _classifier_input(model, sequence_length, batch_size)
 
-    @tf.function
+    @tf.function(autograph=False)  # no Python control flow on tensors to convert
     def classify(inputs):
         logits = model(prepare(inputs), training=False)
         return {"probabilities": tf.cast(model.probabilities(logits), tf.float32)}
@@ -230,7 +230,7 @@ def translator_tflite(model, quantize="none", source_length=None, batch_size=1):
     max_length = translator_output_length(model, length)
     spec = tf.TensorSpec([batch_size, length], tf.int32, name="encoder_token_ids")
 
-    @tf.function
+    @tf.function(autograph=False)  # an explicit tf.while_loop: nothing to convert
     def translate(encoder_token_ids):
         ids = replace_invalid_ids(encoder_token_ids, model.config.vocabulary_size)
         return {"token_ids": static_greedy_search(model, ids, max_length)}
