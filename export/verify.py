@@ -12,6 +12,7 @@ for a classifier (token, numeric or image input).  The inputs are the task's
 random images.
 """
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -178,16 +179,19 @@ def verify_saved_model(
     if examples is None:
         examples = task.probe_inputs(model)
     inputs = task.serving_inputs(examples)
-    # A SavedModel written with int8 tables is compared with the same copy.
-    expected = task.outputs(served_model(model, saved_model_dir), examples)
-    fresh = compare_outputs(
-        run_in_fresh_process(saved_model_dir, inputs), expected, atol
-    )
-    cli = None
-    if use_saved_model_cli:
-        cli = compare_outputs(
-            run_saved_model_cli(saved_model_dir, inputs), expected, atol
+    # The two consumers are separate processes, each mostly starting
+    # TensorFlow: they run side by side while Keras computes the reference.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        fresh_run = pool.submit(run_in_fresh_process, saved_model_dir, inputs)
+        cli_run = (
+            pool.submit(run_saved_model_cli, saved_model_dir, inputs)
+            if use_saved_model_cli
+            else None
         )
+        # A SavedModel written with int8 tables is compared with the same copy.
+        expected = task.outputs(served_model(model, saved_model_dir), examples)
+        fresh = compare_outputs(fresh_run.result(), expected, atol)
+        cli = None if cli_run is None else compare_outputs(cli_run.result(), expected, atol)
     assets_dir = os.path.join(saved_model_dir, "assets")
     assets = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
     missing = [name for name in ("config.json",) if name not in assets]
