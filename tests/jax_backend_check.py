@@ -103,12 +103,16 @@ figures["train_loss_first_last"] = [losses[0], losses[-1]]
 source = features["encoder_token_ids"]
 steps = 6
 cached = np.asarray(jax.jit(lambda ids: greedy_search(model, ids, max_length=steps, end_id=-1))(source))
-prefix = np.full((2, 1), START_ID, "int32")
-for _ in range(steps):
-    logits = np.asarray(model({"encoder_token_ids": source, "decoder_token_ids": prefix}))
-    last = logits[:, -1].copy()
+# The recompute runs the whole model on a prefix of fixed length (one
+# compiled program): positions not yet decoded hold START_ID placeholders,
+# which the causal mask hides from every earlier position.
+full_model = jax.jit(lambda ids, prefix: model(
+    {"encoder_token_ids": ids, "decoder_token_ids": prefix}))
+prefix = np.full((2, steps + 1), START_ID, "int32")
+for position in range(steps):
+    last = np.asarray(full_model(source, prefix))[:, position].copy()
     last[:, 0] = -np.inf  # pad is never generated
-    prefix = np.concatenate([prefix, last.argmax(-1)[:, None].astype("int32")], axis=1)
+    prefix[:, position + 1] = last.argmax(-1)
 assert np.array_equal(cached, prefix[:, 1:]), (cached, prefix[:, 1:])
 beam1 = np.asarray(jax.jit(lambda ids: beam_search(
     model, ids, beam_size=1, length_penalty=0.0, max_length=steps, end_id=-1)[0])(source))
