@@ -406,25 +406,32 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
 
     patterns = _shard(tmp_path, _pairs(360), 3)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
+    # The uninterrupted run and the one to kill are independent commands:
+    # they run side by side.
     reference = tmp_path / "reference"
-    subprocess.run(_train_command(reference, patterns), check=True, cwd=REPO, env=env,
-                   timeout=300)
+    uninterrupted = subprocess.Popen(_train_command(reference, patterns), cwd=REPO, env=env)
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)
+
+    def in_the_second_epoch(step):
+        """Killed in the second epoch, so that the resume starts reading at
+        pass 1 (the first pass's length, recorded as the stream read past it)."""
+        passes = interrupted / "stream_passes.json"
+        if not passes.exists():
+            return False
+        first = json.loads(passes.read_text())["batches_per_pass"][0]
+        return step > first + 1 and step % first
+
+    killed_at = kill_at_checkpoint(process, interrupted, in_the_second_epoch)
+    assert uninterrupted.wait(timeout=300) == 0
     metrics = json.loads((reference / "metrics.json").read_text())
     steps_per_epoch = metrics["steps_per_epoch"]
     assert steps_per_epoch > 4
     # The start-up a user waits through: reading, sampling, vocabulary, estimate, model.
     assert 0 < metrics["first_update_at_second"] < metrics["total_seconds"]
-
-    interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)
-    # Killed in the second epoch, so that the resume starts reading at pass 1
-    # (the first pass's length recorded as the stream read past it).
-    killed_at = kill_at_checkpoint(
-        process, interrupted,
-        lambda step: step > steps_per_epoch + 1 and step % steps_per_epoch)
     assert steps_per_epoch < killed_at < 2 * steps_per_epoch
     recorded = json.loads((interrupted / "stream_passes.json").read_text())["batches_per_pass"]
-    assert recorded and recorded[0] <= killed_at
+    assert recorded == [steps_per_epoch]
     subprocess.run(_train_command(interrupted, patterns), check=True, cwd=REPO, env=env,
                    timeout=300)
     assert json.loads((interrupted / "metrics.json").read_text())["steps"] == 2 * steps_per_epoch
