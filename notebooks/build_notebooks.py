@@ -130,6 +130,21 @@ def execute(notebook, size, timeout=900):
     return time.time() - start
 
 
+def run_committed(name, size, timeout):
+    """Executes the committed `<name>.ipynb` (not saved); returns
+    `(what its last cell printed, seconds)`, or `(the error, seconds)` if a
+    cell failed.  A top-level function, so that a process pool can run it."""
+    notebook = nbformat.read(HERE / f"{name}.ipynb", as_version=4)
+    start = time.time()
+    try:
+        execute(notebook, size, timeout=timeout)
+    except Exception as error:  # noqa: BLE001  (reported by the caller's assertion)
+        return f"{type(error).__name__}: {error}", time.time() - start
+    last = notebook.cells[-1]
+    printed = "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream")
+    return printed, time.time() - start
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="notebooks to build (default: all)")
