@@ -59,6 +59,7 @@ from training.config import load_config
 from training.data import readers
 from training.pipeline import datasets
 from training.runs.run_dir import load_run
+from training.tasks.common import with_cardinality
 from training.train import train
 
 plt.rcParams.update({"figure.dpi": 80})
@@ -114,7 +115,7 @@ def write_generated_reviews(path, n, seed):
 
 if USE_SST2:
     files = {split: str(SST2 / f"stsa.binary.{split}") for split in ("train", "dev", "test")}
-    print(f"SST-2 from {SST2}")
+    print(f"SST-2 from {os.path.relpath(SST2, REPO)}")  # ../shared/data/... beside the clone
 else:
     sizes = {"train": 2000, "dev": 200, "test": 500}
     files = {
@@ -200,6 +201,7 @@ test_data = datasets.make_classification_dataset(
     shuffle=False,
 )
 test_ids = test_data.map(lambda features, label: features["token_ids"])  # the model's input
+test_ids = with_cardinality(test_ids)  # a pass of known length: Keras ends it without a warning
 probabilities = np.asarray(model.probabilities(model.predict(test_ids, verbose=0)))
 predicted = probabilities.argmax(-1)
 accuracy = float(np.mean(predicted == test_labels))
