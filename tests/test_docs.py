@@ -140,19 +140,13 @@ def test_no_file_names_a_work_session():
 
 
 def test_no_file_names_a_path_of_the_machine_that_made_it():
-    """Result files, docs and code name run folders and data relative to the
-    repository (runs/..., ../shared/data/...) and the interpreter as `python3`.
-    A notebook's stored outputs are what its run printed (a library's warning
-    names its installed file), so only its cells' sources are read."""
-    import json
-
-    found = []
-    for name, text in tracked_text_files():
-        if name.endswith(".ipynb"):
-            text = "\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
-        found += [
-            f"{name}:{number}: {line.strip()[:120]}"
-            for number, line in enumerate(text.splitlines(), start=1)
-            if MACHINE_PATH.search(line)
-        ]
+    """Result files, docs, code and the notebooks' stored outputs name run
+    folders and data relative to the repository (runs/..., ../shared/data/...)
+    and the interpreter as `python3`."""
+    found = [
+        f"{name}:{number}: {line.strip()[:120]}"
+        for name, text in tracked_text_files()
+        for number, line in enumerate(text.splitlines(), start=1)
+        if MACHINE_PATH.search(line)
+    ]
     assert not found, "files that name a path outside the repository:\n" + "\n".join(found)

@@ -57,14 +57,20 @@ PARALLEL_KERNELS = 2
 
 
 @pytest.fixture(scope="module")
-def small_mode_runs():
-    """{name: future of `build_notebooks.run_committed(name, "small", ...)`},
-    the longest first, in a pool of `PARALLEL_KERNELS` processes."""
+def small_mode_runs(request):
+    """{name: future of `build_notebooks.run_committed(name, "small", ...)`}
+    for the notebooks whose test was selected, the longest first, in a pool
+    of `PARALLEL_KERNELS` processes."""
     import concurrent.futures
     import multiprocessing
 
+    selected = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_notebook_runs_in_small_mode"
+    }
     build_notebooks.ensure_kernel()  # once, before two processes would both install it
-    order = sorted(NAMES, key=lambda name: -SMALL_MODE_COST.get(name, 0))
+    order = sorted(selected, key=lambda name: -SMALL_MODE_COST.get(name, 0))
     with concurrent.futures.ProcessPoolExecutor(
         PARALLEL_KERNELS, mp_context=multiprocessing.get_context("spawn")
     ) as pool:
