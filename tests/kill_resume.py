@@ -3,9 +3,12 @@
 `kill_at_checkpoint(process, run_dir, should_kill)` polls the run's resume
 pointer and kills `process` the moment it names a step `should_kill`
 accepts, so the run dies between two checkpoints as a power cut would.
+`alongside(command)` runs the uninterrupted reference command beside it.
 """
 
+import contextlib
 import signal
+import subprocess
 import time
 
 
@@ -30,3 +33,18 @@ def kill_at_checkpoint(process, run_dir, should_kill, timeout=240):
     process.send_signal(signal.SIGKILL)
     process.wait()
     return checkpoint_step(run_dir)
+
+
+@contextlib.contextmanager
+def alongside(command, timeout=300, **popen_kwargs):
+    """Runs `command` in the background during the block (the uninterrupted
+    reference beside the run to kill). After the block it must exit with 0;
+    if the block fails, it is killed rather than left running."""
+    process = subprocess.Popen(command, **popen_kwargs)
+    try:
+        yield process
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    assert process.wait(timeout=timeout) == 0, f"{command} exited with {process.returncode}"

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from kill_resume import kill_at_checkpoint
+from kill_resume import alongside, kill_at_checkpoint
 
 from training.cli import commands
 from training.config import TrainingConfig
@@ -408,10 +408,7 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
     # The uninterrupted run and the one to kill are independent commands:
     # they run side by side.
-    reference = tmp_path / "reference"
-    uninterrupted = subprocess.Popen(_train_command(reference, patterns), cwd=REPO, env=env)
-    interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)
+    reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
 
     def in_the_second_epoch(step):
         """Killed in the second epoch, so that the resume starts reading at
@@ -422,8 +419,9 @@ def test_a_streamed_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
         first = json.loads(passes.read_text())["batches_per_pass"][0]
         return step > first + 1 and step % first
 
-    killed_at = kill_at_checkpoint(process, interrupted, in_the_second_epoch)
-    assert uninterrupted.wait(timeout=300) == 0
+    with alongside(_train_command(reference, patterns), cwd=REPO, env=env):
+        process = subprocess.Popen(_train_command(interrupted, patterns), cwd=REPO, env=env)
+        killed_at = kill_at_checkpoint(process, interrupted, in_the_second_epoch)
     metrics = json.loads((reference / "metrics.json").read_text())
     steps_per_epoch = metrics["steps_per_epoch"]
     assert steps_per_epoch > 4

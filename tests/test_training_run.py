@@ -10,7 +10,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from kill_resume import kill_at_checkpoint
+from kill_resume import alongside, kill_at_checkpoint
 
 from training.config import TrainingConfig, load_config
 from training.runs.run_dir import load_run, prepare_run_dir
@@ -254,14 +254,12 @@ def test_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0")
     # The uninterrupted run and the one to kill are independent commands:
     # they run side by side.
-    reference = tmp_path / "reference"
-    uninterrupted = subprocess.Popen(_train_command(reference), cwd=REPO, env=env)
-    interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen(_train_command(interrupted), cwd=REPO, env=env)
-    # Killed at its first checkpoint (every 4 steps), inside the first epoch.
-    killed_at = kill_at_checkpoint(process, interrupted, lambda step: step > 0)
-    assert not (interrupted / "metrics.json").exists()
-    assert uninterrupted.wait(timeout=300) == 0
+    reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
+    with alongside(_train_command(reference), cwd=REPO, env=env):
+        process = subprocess.Popen(_train_command(interrupted), cwd=REPO, env=env)
+        # Killed at its first checkpoint (every 4 steps), inside the first epoch.
+        killed_at = kill_at_checkpoint(process, interrupted, lambda step: step > 0)
+        assert not (interrupted / "metrics.json").exists()
     steps_per_epoch = json.loads((reference / "metrics.json").read_text())[
         "steps_per_epoch"
     ]
