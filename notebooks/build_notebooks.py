@@ -131,18 +131,16 @@ def execute(notebook, size, timeout=900):
 
 
 def run_committed(name, size, timeout):
-    """Executes the committed `<name>.ipynb` (not saved); returns
-    `(what its last cell printed, seconds)`, or `(the error, seconds)` if a
-    cell failed.  A top-level function, so that a process pool can run it."""
+    """Executes the committed `<name>.ipynb` (not saved); returns what its
+    last cell printed, or the error if a cell failed.  A top-level function,
+    so that a process pool can run it."""
     notebook = nbformat.read(HERE / f"{name}.ipynb", as_version=4)
-    start = time.time()
     try:
         execute(notebook, size, timeout=timeout)
     except Exception as error:  # noqa: BLE001  (reported by the caller's assertion)
-        return f"{type(error).__name__}: {error}", time.time() - start
+        return f"{type(error).__name__}: {error}"
     last = notebook.cells[-1]
-    printed = "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream")
-    return printed, time.time() - start
+    return "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream")
 
 
 def main(argv=None):
