@@ -4,6 +4,10 @@ TensorFlow is imported once for the whole session (it costs ~6 s), and the
 single physical CPU is split into two logical devices *before* any op runs, so
 that `tf.distribute.MirroredStrategy` tests have two replicas on a CPU-only
 machine.  Tests must not change these settings.
+
+The checks that run wholly in other processes start in the background as
+soon as the tests are collected (tests/background.py); a test that times
+the wall clock asks for `quiet_machine`.
 """
 
 import os
@@ -12,6 +16,7 @@ import pathlib
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import background  # noqa: E402  (tests/, on sys.path as conftest's folder)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -25,6 +30,26 @@ tf.config.set_logical_device_configuration(
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def pytest_collection_finish(session):
+    """Starts the background checks of the selected tests."""
+    background.start(
+        marker.args[0]
+        for item in session.items
+        for marker in item.iter_markers("background")
+    )
+
+
+def pytest_sessionfinish(session):
+    background.stop()
+
+
+@pytest.fixture
+def quiet_machine():
+    """Waits until the background checks have ended: for a test that times
+    the wall clock and must not share the cores with them."""
+    background.wait_all()
 
 
 @pytest.fixture(autouse=True)

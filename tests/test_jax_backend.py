@@ -7,27 +7,28 @@ training, cached decoding vs recompute).  JAX is part of the `dev` extra.
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
+import background
 import pytest
 
 from tests.conftest import REPO_ROOT
 
+background.define(
+    "jax backend", 53, "background", "run_script",
+    REPO_ROOT / "tests" / "jax_backend_check.py",
+    {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO_ROOT)},
+    REPO_ROOT, 600,
+)
+
 
 @pytest.mark.slow
+@pytest.mark.background("jax backend")
 def test_library_runs_and_agrees_on_the_jax_backend():
     if importlib.util.find_spec("jax") is None:
         pytest.skip("JAX is not installed; `pip install -e '.[dev]'` installs it")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "tests" / "jax_backend_check.py")],
-        env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    returncode, stdout, stderr = background.result("jax backend")
+    assert returncode == 0, stdout[-3000:] + stderr[-3000:]
+    figures = json.loads(stdout.strip().splitlines()[-1])
     assert figures["fused_vs_einsum_max_abs_diff"] < 1e-5
     first, last = figures["train_loss_first_last"]
     assert last < 0.5 * first

@@ -2,14 +2,16 @@
 
 Each notebook ends with assertions on what it showed (accuracy above chance,
 SavedModel equal to Keras, BLEU above a floor, ...), so executing it is the
-test. CI runs them with `KT_NOTEBOOK_SIZE=small`; all seven take about five
-minutes on a quiet 2-core machine. The notebooks that read ../shared/data
+test. CI runs them with `KT_NOTEBOOK_SIZE=small`, beside the in-process tests
+(tests/background.py); all seven take about four minutes alone on a quiet
+2-core machine. The notebooks that read ../shared/data
 (2 and 3) fall back to generated data by themselves when it is absent.
 """
 
 import pathlib
 import sys
 
+import background
 import nbformat
 import pytest
 
@@ -52,45 +54,29 @@ def test_notebook_matches_its_source(name):
     assert note.startswith(build_notebooks.OUTPUTS_NOTE), note
 
 
-#: Notebooks run two at a time: a kernel keeps about one of two cores busy.
-PARALLEL_KERNELS = 2
-
-#: Seconds each takes alone in small mode (2026-11-28, 2-core machine), to
-#: start the longest first.
+#: Seconds each takes alone in small mode (2026-11-28, 2-core machine): the
+#: background pool starts the longest first.
 SMALL_MODE_COST = {
     "04_export_serving": 64, "03_translation": 48, "05_time_series": 35,
     "02_text_classification": 33, "07_scaling_out": 29, "06_vision_transformer": 19,
     "01_attention": 8,
 }
-
-
-@pytest.fixture(scope="module")
-def small_mode_runs(request):
-    """{name: future of `build_notebooks.run_committed(name, "small", ...)`}
-    for the notebooks whose test was selected, the longest first, in a pool
-    of `PARALLEL_KERNELS` processes."""
-    import concurrent.futures
-    import multiprocessing
-
-    selected = {
-        item.callspec.params["name"]
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_notebook_runs_in_small_mode"
-    }
-    build_notebooks.ensure_kernel()  # once, before two processes would both install it
-    order = sorted(selected, key=lambda name: -SMALL_MODE_COST.get(name, 0))
-    with concurrent.futures.ProcessPoolExecutor(
-        PARALLEL_KERNELS, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
-        yield {
-            name: pool.submit(build_notebooks.run_committed, name, "small", CELL_TIMEOUT)
-            for name in order
-        }
+for _name in NAMES:
+    background.define(
+        f"notebook {_name}", SMALL_MODE_COST.get(_name, 0), "build_notebooks",
+        "run_committed", _name, "small", CELL_TIMEOUT,
+        # Once, before two processes would both install the kernel.
+        prepare=build_notebooks.ensure_kernel,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_in_small_mode(name, small_mode_runs):
-    """Executes the committed notebook; its last cell asserts what it showed."""
-    printed = small_mode_runs[name].result()
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=pytest.mark.background(f"notebook {name}")) for name in NAMES],
+)
+def test_notebook_runs_in_small_mode(name):
+    """Executes the committed notebook (in a background process: see
+    tests/background.py); its last cell asserts what it showed."""
+    printed = background.result(f"notebook {name}")
     assert "All checks passed." in printed, printed

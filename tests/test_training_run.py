@@ -340,7 +340,8 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeypatch):
+def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeypatch,
+                                                              quiet_machine):
     """The whole run fits its budget, the plan's last update has rate 0, and
     the validation score recorded per epoch rises.  Its epochs, each followed
     by a plan revision, are read from one iterator of the stream: no `fit`
