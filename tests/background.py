@@ -25,21 +25,10 @@ import sys
 #: processes on two cores while they run, and none idle.
 WORKERS = 2
 
-_CHECKS = {}  # name -> (cost in seconds alone, module, function, args, prepare)
-_futures = {}
-_pool = None
 
-
-def define(name, cost, module, function, *args, prepare=None):
-    """Declares check `name`: `module.function(*args)`, about `cost` s alone.
-
-    `module` is a name the pool's processes can import (this process's
-    `sys.path` is theirs), and the function returns what its test asserts on.
-    `prepare`, if given, runs here before any check starts (once per check;
-    it must not mind being called again), for set-up that two processes must
-    not do at once.
-    """
-    _CHECKS[name] = (cost, module, function, args, prepare)
+def call(module, function, args):
+    """`module.function(*args)`, in whichever process runs it."""
+    return getattr(importlib.import_module(module), function)(*args)
 
 
 def run_script(path, env, cwd, timeout):
@@ -53,40 +42,59 @@ def run_script(path, env, cwd, timeout):
     return result.returncode, result.stdout, result.stderr
 
 
-def _call(module, function, args):
-    return getattr(importlib.import_module(module), function)(*args)
+class Checks:
+    """Named checks, each `module.function(*args)`, run in a process pool."""
+
+    def __init__(self, workers=WORKERS):
+        self.workers = workers
+        self._checks = {}  # name -> (cost in seconds alone, module, function, args, prepare)
+        self._futures = {}
+        self._pool = None
+
+    def define(self, name, cost, module, function, *args, prepare=None):
+        """Declares check `name`: `module.function(*args)`, about `cost` s alone.
+
+        `module` is a name the pool's processes can import (this process's
+        `sys.path` is theirs), and the function returns what its test asserts
+        on. `prepare`, if given, runs here before the check starts (it must
+        not mind being called again), for set-up that two processes must not
+        do at once.
+        """
+        self._checks[name] = (cost, module, function, args, prepare)
+
+    def start(self, names):
+        """Starts the declared checks among `names`, the costliest first."""
+        names = sorted(set(names) & set(self._checks), key=lambda n: -self._checks[n][0])
+        if not names:
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("spawn")
+            )
+        for name in names:
+            _, module, function, args, prepare = self._checks[name]
+            if prepare is not None:
+                prepare()
+            self._futures[name] = self._pool.submit(call, module, function, args)
+
+    def result(self, name):
+        """The outcome of check `name`; run here and now if it was not started."""
+        if name not in self._futures:
+            _, module, function, args, _ = self._checks[name]
+            return call(module, function, args)
+        return self._futures[name].result()
+
+    def wait_all(self):
+        """Returns when every started check has ended."""
+        concurrent.futures.wait(list(self._futures.values()))
+
+    def stop(self):
+        """Cancels what has not started; the running checks end on their own."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def start(names):
-    """Starts the declared checks among `names`, the costliest first."""
-    global _pool
-    names = sorted(set(names) & set(_CHECKS), key=lambda n: -_CHECKS[n][0])
-    if not names:
-        return
-    _pool = concurrent.futures.ProcessPoolExecutor(
-        WORKERS, mp_context=multiprocessing.get_context("spawn")
-    )
-    for name in names:
-        _, module, function, args, prepare = _CHECKS[name]
-        if prepare is not None:
-            prepare()
-        _futures[name] = _pool.submit(_call, module, function, args)
-
-
-def result(name):
-    """The outcome of check `name`; run here and now if it was not started."""
-    if name not in _futures:
-        _, module, function, args, _ = _CHECKS[name]
-        return _call(module, function, args)
-    return _futures[name].result()
-
-
-def wait_all():
-    """Returns when every started check has ended."""
-    concurrent.futures.wait(list(_futures.values()))
-
-
-def stop():
-    """Cancels what has not started; the running checks end on their own."""
-    if _pool is not None:
-        _pool.shutdown(wait=False, cancel_futures=True)
+#: The session's checks.
+CHECKS = Checks()
+define, start, result, wait_all, stop = (
+    CHECKS.define, CHECKS.start, CHECKS.result, CHECKS.wait_all, CHECKS.stop)

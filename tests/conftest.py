@@ -33,7 +33,10 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
 def pytest_collection_finish(session):
-    """Starts the background checks of the selected tests."""
+    """Starts the background checks of the selected tests (none when the
+    tests are only listed)."""
+    if session.config.option.collectonly:
+        return
     background.start(
         marker.args[0]
         for item in session.items
