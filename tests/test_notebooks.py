@@ -65,7 +65,8 @@ for _name in NAMES:
     background.define(
         f"notebook {_name}", SMALL_MODE_COST.get(_name, 0), "build_notebooks",
         "run_committed", _name, "small", CELL_TIMEOUT,
-        # Once, before two processes would both install the kernel.
+        # Here, before any notebook starts, so that two processes never both
+        # install the kernel (it installs only when none is found).
         prepare=build_notebooks.ensure_kernel,
     )
 
