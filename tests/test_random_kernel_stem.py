@@ -154,7 +154,8 @@ def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
     config = task.resolve_config(config, data)
     assert (config.patch_length, config.patch_stride) == (1, None)
     recipe = series_stem_recipe(36, 64, 3)
-    assert (recipe["epochs"], recipe["steps_per_epoch"], recipe["ensemble_size"]) == (4, 75, 1)
+    assert (recipe["epochs"], recipe["steps_per_epoch"], recipe["ensemble_size"]) == (4, 75, 5)
+    assert series_stem_recipe(65, 64, 3)["ensemble_size"] == 1  # more than 64 series: one model
     assert series_stem_recipe(1000, 64, 3)["steps_per_epoch"] == 30 * 32 // 4  # 30 passes
     model = task.build_model(config, data)
     assert isinstance(model, ClassifierEnsemble)
