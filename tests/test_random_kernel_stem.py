@@ -20,7 +20,7 @@ from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
 from tests.conftest import REPO_ROOT
 from training.config import load_config
 from training.data.common import TaskData
-from training.recipe.series import series_stem_recipe
+from training.recipe.series import series_stem_recipe, stem_ensemble_size
 from training.tasks import get_task
 
 
@@ -155,7 +155,15 @@ def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
     assert (config.patch_length, config.patch_stride) == (1, None)
     recipe = series_stem_recipe(36, 64, 3)
     assert (recipe["epochs"], recipe["steps_per_epoch"], recipe["ensemble_size"]) == (4, 75, 5)
-    assert series_stem_recipe(65, 64, 3)["ensemble_size"] == 1  # more than 64 series: one model
+    # Members share 3.2 M series-steps of stem work (U x B x min(T, 512)):
+    # ArrowHead's 300 x 8 x 251 five times; one model for OSULeaf-sized files
+    # and for a few long series, which a rule by file size would give five.
+    assert [series_stem_recipe(n, t, 3)["ensemble_size"]
+            for n, t in ((36, 251), (270, 29), (200, 427), (100, 1460), (36, 1500))] == [5, 5, 1, 1, 2]
+    assert stem_ensemble_size(300, 8, 512) == 2 and stem_ensemble_size(300, 8, 5000) == 2
+    assert stem_ensemble_size(300, 32, 1500) == 1
+    with pytest.raises(ValueError, match="received series_length=0"):
+        stem_ensemble_size(300, 8, 0)
     assert series_stem_recipe(1000, 64, 3)["steps_per_epoch"] == 30 * 32 // 4  # 30 passes
     model = task.build_model(config, data)
     assert isinstance(model, ClassifierEnsemble)

@@ -45,18 +45,21 @@ With the MiniRocket stem (`series_stem="random_kernels"`,
 `series_stem_recipe`) the tokens are fixed features of windows, and the
 encoder and head learn from them in far fewer updates: U = max(
 `STEM_MIN_UPDATES` = 300, `STEM_PASSES` = 30 passes) in `STEM_VALIDATIONS`
-= 4 epochs, the same ensemble rule (five members, each with its own stem
-biases, for at most 64 training series: ArrowHead 0.911 against one
-model's 0.897, GunPoint 0.982 against 0.978, seeds 0-2, in 31-55 s of
-training and test on two idle cores against 8-10 s), no patches, the same
-batch rule, and
+= 4 epochs, no patches, the same batch rule, as many members as
+`STEM_ENSEMBLE_WORK` allows (`stem_ensemble_size`, at most five, each
+with its own stem biases), and
 at most `STEM_MAX_POSITIONS` = 512 outputs per channel compared with the
 biases (every 3rd of ACSF1's 1460 steps: 0.900 / 0.910 in ~48 CPU seconds
 against 0.880 / 0.910 in ~79); the preset adds no mixup (the evidence:
 docs/experiment-log.md, 2026-11-28).  Each pass of the stem
 compares every step of every series with ~2000 biases, so its updates are
-the run's cost: five members take about three times the CPU seconds of
-one (TensorFlow's start included).
+the run's cost, and a member's cost is its stem work, U x B x min(T, 512)
+series-steps.  The members share a budget of 3.2 M series-steps, five
+times ArrowHead's 0.60 M: its five members take 33-55 s of training and
+test on two idle cores (one model: 8-10 s), and vote ArrowHead to 0.911
+against one model's 0.897, GunPoint to 0.982 against 0.978 (seeds 0-2).
+A file whose one member needs more than the budget (OSULeaf's 4.1 M,
+ACSF1's 2.5 M) trains one model.
 
 Fields the config sets win; only the ones left at None (null) take these.
 """
@@ -73,6 +76,9 @@ ENSEMBLE_MAX_SERIES = 64
 STEM_MIN_UPDATES = 300
 STEM_PASSES = 30
 STEM_VALIDATIONS = 4
+#: Stem work, in series-steps (updates x batch x compared steps), the members
+#: of a stem ensemble share: five of ArrowHead's 0.60 M each, and some room.
+STEM_ENSEMBLE_WORK = 3_200_000
 #: The stem compares at most this many outputs per channel with its biases (every
 #: s-th of a longer series): the comparisons are most of a long series' cost.
 STEM_MAX_POSITIONS = 512
@@ -149,7 +155,7 @@ def series_recipe(num_train, series_length, num_classes, num_features=1):
 
 def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
     """`series_recipe` for the MiniRocket stem: U = max(300, 30 passes) in 4
-    epochs, `series_ensemble_size` members, no patches.
+    epochs, `stem_ensemble_size` members, no patches.
 
     Args and returns as `series_recipe`; `patch_length` is 1 and
     `patch_stride` None (the stem makes one token a window).
@@ -157,7 +163,19 @@ def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
     recipe = series_recipe(num_train, series_length, num_classes, num_features)
     updates = max(STEM_MIN_UPDATES,
                   STEM_PASSES * math.ceil(num_train / recipe["batch_size"]))
-    recipe.update(epochs=STEM_VALIDATIONS,
-                  steps_per_epoch=math.ceil(updates / STEM_VALIDATIONS), patch_length=1,
-                  patch_stride=None)
+    steps_per_epoch = math.ceil(updates / STEM_VALIDATIONS)
+    recipe.update(epochs=STEM_VALIDATIONS, steps_per_epoch=steps_per_epoch, patch_length=1,
+                  patch_stride=None,
+                  ensemble_size=stem_ensemble_size(STEM_VALIDATIONS * steps_per_epoch,
+                                                   recipe["batch_size"], series_length))
     return recipe
+
+
+def stem_ensemble_size(updates, batch_size, series_length):
+    """k = min(5, max(1, floor(`STEM_ENSEMBLE_WORK` / w))) members, w = U x B x
+    min(T, `STEM_MAX_POSITIONS`) series-steps of stem work a member."""
+    for name, value in (("updates", updates), ("batch_size", batch_size),
+                        ("series_length", series_length)):
+        _positive_int(name, value)
+    work = updates * batch_size * min(series_length, STEM_MAX_POSITIONS)
+    return min(ENSEMBLE_SIZE, max(1, STEM_ENSEMBLE_WORK // work))
