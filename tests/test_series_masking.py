@@ -280,15 +280,16 @@ def test_mixup_keeps_the_main_series_length_and_missing_values():
 #: The two series stems: patches, and MiniRocket's kernels (the preset's), that
 #: one with each series' level and scale added to its tokens too, and as the
 #: preset trains a small file: members voting, each with its own stem seed.
+_KERNEL_STEM = dict(series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)
+_LEVEL_FEATURES = dict(series_level_features=True, random_kernel_stem=_KERNEL_STEM)
 STEMS = {
     "patches": dict(patch_length=4, patch_stride=2),
-    "kernel_stem": dict(random_kernel_stem=dict(
-        series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)),
-    "kernel_stem_level_features": dict(series_level_features=True, random_kernel_stem=dict(
-        series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)),
-    "kernel_stem_level_features_ensemble": dict(series_level_features=True, random_kernel_stem=dict(
-        series_length=16, num_windows=4, num_kernel_features=336, max_dilations=2)),
+    "kernel_stem": dict(random_kernel_stem=_KERNEL_STEM),
+    "kernel_stem_level_features": _LEVEL_FEATURES,
+    "kernel_stem_level_features_ensemble": _LEVEL_FEATURES,
 }
+#: The STEMS entries built as two voting members.
+ENSEMBLES = {"kernel_stem_level_features_ensemble": 2}
 
 
 def _exported_classifier(stem="patches"):
@@ -302,7 +303,7 @@ def _exported_classifier(stem="patches"):
     rows = [_series(n, 3, seed) * (seed + 1) for seed, n in enumerate((16, 9, 12, 3))]
     rows[1][4, 2] = NAN  # a missing value
     rows[2][6] = NAN  # a missing step
-    for index in range(2 if stem.endswith("_ensemble") else 1):
+    for index in range(ENSEMBLES.get(stem, 1)):
         member = TransformerClassifier(
             num_classes=3, num_features=3, num_layers=1, hidden_dim=8, num_heads=2,
             intermediate_dim=16, dropout=0.0, max_sequence_length=16, standardize_series=True,

@@ -343,7 +343,7 @@ plt.show()
 # %% [markdown]
 # On ArrowHead the preset is a few points above MiniRocket, both above
 # 1-NN; over the five sets of `docs/results.md` the preset's mean is 0.6
-# points above MiniRocket's (0.944 against 0.937, seeds 0-2), over seven
+# points above MiniRocket's (0.943 against 0.937, seeds 0-2), over seven
 # sets 0.3 points above (0.956 against 0.953). MiniRocket takes about a
 # second; the preset, whose five members vote on ArrowHead, half a minute
 # or so on an idle 2-core machine: it trains networks on those features,
