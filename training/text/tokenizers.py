@@ -289,6 +289,23 @@ def _check_reserved(vocabulary):
         )
 
 
+def _graph_methods(module, **signatures):
+    """Makes each `module.<name>` a `tf.function` of the bound `module._<name>`,
+    with that one input signature and without autograph (the methods have
+    no Python control flow on tensors to convert).
+
+    Bound per instance rather than decorated on the class: a class-level
+    `tf.function` method reaches `self` through a weak `TfMethodTarget`,
+    and called inside another traced function (a `dataset.map`) under
+    TF 2.21 it once received that target as `self` (a CI run of notebook
+    02: "'TfMethodTarget' object has no attribute 'lower_case'").
+    """
+    for name, spec in signatures.items():
+        function = tf.function(getattr(module, "_" + name), input_signature=[spec],
+                               autograph=False)
+        setattr(module, name, function)
+
+
 class WordPieceTokenizer(tf.Module):
     """BERT-style word-piece tokenizer (`tensorflow_text.FastBertTokenizer`).
 
@@ -328,20 +345,19 @@ class WordPieceTokenizer(tf.Module):
             max_bytes_per_word=self.max_bytes_per_word,
             support_detokenization=True,
         )
+        _graph_methods(self, tokenize=_STRINGS, detokenize=_IDS)
 
     @property
     def vocabulary_size(self):
         """Number of tokens, reserved ones included."""
         return len(self.vocabulary)
 
-    @tf.function(input_signature=[_STRINGS])
-    def tokenize(self, strings):
+    def _tokenize(self, strings):
         """Strings (B,) -> word-piece ids, a `tf.RaggedTensor` (B, None) int32."""
         # FastBertTokenizer already merges the word axis: (B, None) pieces.
         return self._tokenizer.tokenize(normalize_text(strings, self.lower_case))
 
-    @tf.function(input_signature=[_IDS])
-    def detokenize(self, ids):
+    def _detokenize(self, ids):
         """Ids (B, None) int32 -> one string per row (B,).
 
         Each row is cut at its first `[END]`; `[PAD]`, `[UNK]`, `[START]` and
@@ -422,22 +438,21 @@ class SentencePieceTokenizer(tf.Module):
                 f"model_path={self.model_path!r}: <pad>, <unk>, <s>, </s> have ids {special}; "
                 "train with --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3."
             )
+        _graph_methods(self, tokenize=_STRINGS, detokenize=_IDS)
 
     @property
     def vocabulary_size(self):
         """Number of pieces, reserved ones included."""
         return self._vocabulary_size
 
-    @tf.function(input_signature=[_STRINGS])
-    def tokenize(self, strings):
+    def _tokenize(self, strings):
         """Strings (B,) -> piece ids, a `tf.RaggedTensor` (B, None) int32."""
         strings = tf.strings.unicode_transcode(
             strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
         return self._tokenizer.tokenize(strings)
 
-    @tf.function(input_signature=[_IDS])
-    def detokenize(self, ids):
+    def _detokenize(self, ids):
         """Ids (B, None) int32 -> strings (B,); same rules as `WordPieceTokenizer`."""
         return self._tokenizer.detokenize(_text_ids(ids, self.vocabulary_size))
 
@@ -480,14 +495,14 @@ class CharNGramTokenizer(tf.Module):
         self.widths = tuple(sorted(widths))
         self.vocabulary = base.vocabulary
         self.lower_case = base.lower_case
+        _graph_methods(self, tokenize=_STRINGS)
 
     @property
     def vocabulary_size(self):
         """The base tokenizer's."""
         return self.base.vocabulary_size
 
-    @tf.function(input_signature=[_STRINGS])
-    def tokenize(self, strings):
+    def _tokenize(self, strings):
         """Strings (B,) -> ragged (B, None, 1 + char_ngrams_per_word) int32."""
         normalized = normalize_text(strings, self.lower_case)
         ids, starts, ends = self.base._tokenizer.tokenize_with_offsets(normalized)
