@@ -12,6 +12,7 @@ the wall clock asks for `quiet_machine`.
 
 import os
 import pathlib
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -48,11 +49,57 @@ def pytest_sessionfinish(session):
     background.stop()
 
 
+#: A watcher that sleeps this long wakes at once on a running machine.
+_WATCH_TICK = 0.05
+#: A wake-up later than this counts as the machine having stalled.
+_STALL = 0.5
+
+_WATCHER = f"""
+import sys, time
+stalled, path = 0.0, sys.argv[1]
+with open(path, "w") as f:
+    f.write("0.0")  # running
+while True:
+    before = time.monotonic()
+    time.sleep({_WATCH_TICK})
+    late = time.monotonic() - before - {_WATCH_TICK}
+    if late > {_STALL}:
+        stalled += late
+        with open(path, "w") as f:
+            f.write(repr(stalled))
+"""
+
+
 @pytest.fixture
-def quiet_machine():
+def quiet_machine(tmp_path_factory):
     """Waits until the background checks have ended: for a test that times
-    the wall clock and must not share the cores with them."""
+    the wall clock and must not share the cores with them.
+
+    Returns `stalled()`: the seconds for which the machine itself stopped
+    since then, as seen by a process of its own that only sleeps and wakes
+    (a CI run of the time-budget test once took 91 s of a 60-s budget that
+    it meets alone with 6 s to spare).  The time a test's own process
+    spends, however slowly, is not in it: a sleeping process is woken at
+    once on a busy machine, and a stopped one is not.
+    """
+    import subprocess
+    import sys
+
     background.wait_all()
+    path = tmp_path_factory.mktemp("stalls") / "stalled"
+    watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, str(path)])
+    while not path.exists() and watcher.poll() is None:
+        time.sleep(_WATCH_TICK)
+    assert watcher.poll() is None, "the stall watcher ended"
+    def stalled():
+        return float(path.read_text() or 0.0)
+
+    stalled.watcher = watcher
+    try:
+        yield stalled
+    finally:
+        watcher.kill()
+        watcher.wait()
 
 
 @pytest.fixture(autouse=True)
