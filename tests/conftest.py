@@ -12,6 +12,8 @@ the wall clock asks for `quiet_machine`.
 
 import os
 import pathlib
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -82,15 +84,13 @@ def quiet_machine(tmp_path_factory):
     spends, however slowly, is not in it: a sleeping process is woken at
     once on a busy machine, and a stopped one is not.
     """
-    import subprocess
-    import sys
-
     background.wait_all()
     path = tmp_path_factory.mktemp("stalls") / "stalled"
     watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, str(path)])
     while not path.exists() and watcher.poll() is None:
         time.sleep(_WATCH_TICK)
     assert watcher.poll() is None, "the stall watcher ended"
+
     def stalled():
         return float(path.read_text() or 0.0)
 

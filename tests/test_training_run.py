@@ -339,7 +339,6 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
     assert "test_bleu_greedy" in metrics
 
 
-@pytest.mark.slow
 def test_the_stall_watcher_counts_a_stopped_machine(quiet_machine):
     """The time-budget test's allowance: the watcher counts what it was
     stopped for (a stopped process is what a stopped machine is to it), and
@@ -354,6 +353,7 @@ def test_the_stall_watcher_counts_a_stopped_machine(quiet_machine):
     assert 0.8 <= quiet_machine() <= 2.0
 
 
+@pytest.mark.slow
 def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeypatch,
                                                               quiet_machine):
     """The whole run fits its budget, the plan's last update has rate 0, and
