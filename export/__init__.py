@@ -8,6 +8,9 @@ TensorFlow:
 - `export.tflite_verify.verify_tflite`: LiteRT interpreter vs Keras.
 - `export.verify.verify_saved_model`: fresh process and `saved_model_cli`
   vs Keras.
+- `export.ctranslate2.export_ctranslate2`: a translator as a CTranslate2
+  model directory (the `ctranslate2` extra), `CTranslate2Translator` to
+  run it with our tokenizer, `verify_ctranslate2` against Keras.
 
 What an export serves depends on its task, a key of `training.tasks.TASKS`
 ("translation", "classification", "timeseries", or "image" for a
