@@ -57,6 +57,9 @@ setup(
             "sktime>=0.30",
             "numba>=0.59",
         ],
+        # python -m export ctranslate2 (export/ctranslate2.py): OpenNMT's C++
+        # inference engine, imported only there.
+        "ctranslate2": ["ctranslate2>=4.5,<5"],
     },
     entry_points={
         "console_scripts": [
