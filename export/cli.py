@@ -4,11 +4,14 @@
 python -m export saved-model --run-dir runs/toy --output exports/toy/1 [--overwrite]
 python -m export tflite --run-dir runs/toy --output exports/toy.tflite --quantize int8
 python -m export verify --run-dir runs/toy --saved-model exports/toy/1 [--tflite exports/toy.tflite]
+python -m export ctranslate2 --run-dir runs/toy --output exports/toy-ct2 [--quantization int8]
 ```
 
 Each subcommand loads the run (`training.runs.run_dir.load_run`) and calls one
 library function; `verify` prints its report as JSON and exits with 1 when
-the export disagrees with the Keras model.  A missing run, an existing
+the export disagrees with the Keras model; `ctranslate2` prints the path and
+the share of the task's probe sentences it translates as Keras does, and
+exits with 1 when a float32 export falls short.  A missing run, an existing
 output or a bad argument prints `error: <message>` and exits with 2;
 `--debug` shows the traceback instead.
 """
@@ -19,6 +22,9 @@ import json
 from training.cli.errors import add_debug_flag, run_reporting_errors
 from training.cli.quiet import quiet_tensorflow
 from training.serving import QUANTIZATIONS
+
+#: `export.ctranslate2.QUANTIZATIONS`, repeated so that `--help` imports nothing heavy.
+CT2_QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16")
 
 
 def _load_run(run_dir):
@@ -57,11 +63,40 @@ def _verify(args):
     return 0 if report["ok"] else 1
 
 
+def _ctranslate2(args):
+    from export.ctranslate2 import (
+        CTranslate2Translator,
+        export_ctranslate2,
+        import_ctranslate2,
+        verify_ctranslate2,
+    )
+
+    import_ctranslate2()  # a missing extra is told before the run loads
+    run = _load_run(args.run_dir)
+    path = export_ctranslate2(run.model, run.task, args.output,
+                              quantization=args.quantization, overwrite=args.overwrite)
+    print(path)
+    report = verify_ctranslate2(run, path, translator=CTranslate2Translator(path))
+    shares = [f"greedy {report['greedy']['identical_count']}/{report['num_sentences']}"]
+    if report["beam"] is not None:
+        shares.append(f"beam {report['beam_size']} (length penalty 0) "
+                      f"{report['beam']['identical_count']}/{report['num_sentences']}")
+    required = report["min_identical"]
+    verdict = "" if required is None else (
+        f"; {'ok' if report['ok'] else 'FAILED'}: at least {required:.0%} greedy required"
+    )
+    print(f"identical to the Keras model on the probe sentences: {', '.join(shares)}{verdict}")
+    for difference in report["greedy"]["differences"]:
+        print(f"  differs: {json.dumps(difference, ensure_ascii=False)}")
+    return 0 if report["ok"] else 1
+
+
 def build_parser():
     """The argument parser (one subparser per exporter)."""
     parser = argparse.ArgumentParser(
         prog="python -m export",
-        description="Export a trained keras-transformer run to a SavedModel or TFLite, and verify it.",
+        description="Export a trained keras-transformer run to a SavedModel, TFLite or "
+        "CTranslate2, and verify it.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -113,7 +148,21 @@ def build_parser():
         "--tflite", default=None, help="Optional .tflite file to check."
     )
     verify.set_defaults(handler=_verify)
-    add_debug_flag(parser, (saved_model, tflite, verify))
+
+    ct2 = commands.add_parser(
+        "ctranslate2", help="CTranslate2 model directory of a translator (tokenizer beside it).",
+        description="Convert the translator for CTranslate2 (pip install -e \".[ctranslate2]\"), "
+        "then compare its greedy and beam translations of the task's probe sentences with Keras.",
+    )  # fmt: skip
+    ct2.add_argument("--run-dir", required=True, help="Training run directory.")
+    ct2.add_argument("--output", required=True, help="Model directory to create.")
+    ct2.add_argument("--quantization", choices=CT2_QUANTIZATIONS, default="float32",
+                     help="Weight type (CTranslate2's quantization; default float32).")  # fmt: skip
+    ct2.add_argument(
+        "--overwrite", action="store_true", help="Replace --output if it exists."
+    )
+    ct2.set_defaults(handler=_ctranslate2)
+    add_debug_flag(parser, (saved_model, tflite, verify, ct2))
     return parser
 
 

@@ -29,7 +29,8 @@ LAYERS = (
     ("training.runs",),
     ("training.distribute", "training.train"),
     ("export.quantize", "export.fresh_process", "export.saved_model_cli",
-     "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify"),
+     "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify",
+     "export.ctranslate2"),
     ("training.cli", "export.cli", "training.__main__", "export.__main__"),
 )
 

@@ -7,6 +7,7 @@
     python -m training evaluate --run-dir runs/toy
     python -m training predict --run-dir runs/toy "he bought forty two books" [--beam 4]
     python -m training predict --saved-model exported/translator/1 --input sentences.txt
+    python -m training predict --ctranslate2 exported/translator-ct2 "two dogs" [--beam 4]
     python -m training presets
     python -m training prepare --config translation --set train_files=... --output prepared/wmt
     python -m training train --help              # every config field, documented
@@ -90,7 +91,8 @@ def _parser(task=None):
     prepare.add_argument("--shards", type=int, default=8, help="TFRecord files (default 8)")
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     predict = sub.add_parser(
-        "predict", help="answer raw inputs with a finished run or an exported SavedModel",
+        "predict", help="answer raw inputs with a finished run, an exported SavedModel or a "
+        "CTranslate2 export",
         description="One output line per input: a translation, or label<TAB>probability. "
         "Inputs: the arguments, else the lines of --input, else standard input; a series "
         "is a line of numbers (commas or spaces; ';' between steps of several features).",
@@ -98,10 +100,16 @@ def _parser(task=None):
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--run-dir", help="a finished run directory")
     source.add_argument("--saved-model", help="a SavedModel of `python -m export saved-model`")
+    source.add_argument("--ctranslate2", metavar="DIR",
+                        help="a translator of `python -m export ctranslate2` (needs the "
+                             "ctranslate2 extra)")
     predict.add_argument("inputs", nargs="*", help="sentences or series, one per argument")
     predict.add_argument("--input", help="file of inputs, one a line ('-': standard input)")
     predict.add_argument("--beam", type=int, default=1,
                          help="beams of a translator (default 1: greedy; a SavedModel has 4)")
+    predict.add_argument("--length-penalty", type=float, default=None,
+                         help="with --ctranslate2 and --beam: CTranslate2's alpha, a hypothesis "
+                              "scoring log P / length^alpha (default 0: log P alone)")
     predict.add_argument("--batch-size", type=int, default=64, help="inputs per model call")
     add_debug_flag(parser, (train, main, evaluate, presets, predict, prepare))
     return parser
@@ -159,13 +167,27 @@ def _predict(args):
     from training.runs.predict import SavedModelPredictor, read_inputs
 
     inputs = read_inputs(args.inputs, args.input)
-    if args.saved_model:
-        predictor = SavedModelPredictor(args.saved_model)
-    else:
-        from training.runs.run_dir import load_run
+    if args.length_penalty is not None and not args.ctranslate2:
+        raise ValueError(
+            "--length-penalty is CTranslate2's (--ctranslate2); a run decodes with its "
+            "config's length_penalty and a SavedModel with the one fixed at export."
+        )
+    if args.ctranslate2:
+        from export.ctranslate2 import CTranslate2Translator
 
-        predictor = load_run(args.run_dir)
-    for line in predictor.predict(inputs, beam_size=args.beam, batch_size=args.batch_size):
+        lines = CTranslate2Translator(args.ctranslate2).translate(
+            inputs, beam_size=args.beam, length_penalty=args.length_penalty or 0.0,
+            batch_size=args.batch_size,
+        )
+    else:
+        if args.saved_model:
+            predictor = SavedModelPredictor(args.saved_model)
+        else:
+            from training.runs.run_dir import load_run
+
+            predictor = load_run(args.run_dir)
+        lines = predictor.predict(inputs, beam_size=args.beam, batch_size=args.batch_size)
+    for line in lines:
         print(line)
     return 0
 

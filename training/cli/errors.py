@@ -6,7 +6,9 @@ cannot be built (`hidden_dim` not divisible by `num_heads`) raises
 whose message names the argument and the value.  The command lines of
 `training` and `export` print that message as `error: <message>` and exit
 with 2, the status argparse uses for a bad command line; `--debug` lets the
-exception through with its traceback.
+exception through with its traceback.  A missing optional package (a
+`setup.py` extra such as ctranslate2) is reported the same way: its
+`ModuleNotFoundError` names the install command.
 """
 
 import argparse
@@ -14,6 +16,8 @@ import sys
 
 #: Exceptions whose message is meant for the user.
 USER_ERRORS = (ValueError, OSError)
+#: Optional packages (setup.py extras) whose absence is the user's to fix.
+OPTIONAL_MODULES = ("ctranslate2",)
 #: Exit status of a command that was refused.
 USAGE_ERROR = 2
 
@@ -51,6 +55,11 @@ def run_reporting_errors(command, debug=False):
         return command()
     except USER_ERRORS as error:
         if debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except ImportError as error:
+        if debug or error.name not in OPTIONAL_MODULES:
             raise
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
