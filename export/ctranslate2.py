@@ -51,6 +51,7 @@ probability may rank beams differently (a trained one gives it next to none:
 it is never a target).  Greedy search is unaffected by either.
 """
 
+import collections
 import dataclasses
 import json
 import os
@@ -195,15 +196,11 @@ def check_representable(model, tokenizer=None):
                 f"The vocabulary must start with {RESERVED_TOKENS}; received "
                 f"{tuple(vocabulary[: len(RESERVED_TOKENS)])}."
             )
-        if len(set(vocabulary)) != len(vocabulary):
-            seen, twice = set(), None
-            for token in vocabulary:
-                if token in seen:
-                    twice = token
-                    break
-                seen.add(token)
+        twice = [token for token, n in collections.Counter(vocabulary).items() if n > 1]
+        if twice:
             raise ValueError(
-                f"CTranslate2 maps tokens to ids by their text; the vocabulary holds {twice!r} twice."
+                f"CTranslate2 maps tokens to ids by their text; the vocabulary holds {twice[0]!r} "
+                "more than once."
             )
 
 
