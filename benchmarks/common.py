@@ -112,7 +112,7 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def interleave(candidates, repeats, warmup=1, verbose=True):
+def interleave(candidates, repeats, warmup=1, verbose=True, pause=0.0):
     """Times each callable `repeats` times, interleaved, after `warmup` calls.
 
     Args:
@@ -122,6 +122,10 @@ def interleave(candidates, repeats, warmup=1, verbose=True):
         repeats: rounds; each round times every candidate once.
         warmup: untimed calls of each candidate first (tracing, compiling,
             allocator and thread-pool warm-up).
+        pause: seconds slept before each timed call.  Runtimes whose worker
+            threads spin after a call (OpenMP's 200 ms block time in
+            CTranslate2, XNNPACK's and Eigen's pools) would otherwise take
+            the cores from whichever candidate runs next.
 
     Returns:
         dict name -> list of seconds, in round order.
@@ -137,6 +141,8 @@ def interleave(candidates, repeats, warmup=1, verbose=True):
     for r in range(repeats):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
+            if pause:
+                time.sleep(pause)
             times[name].append(timed(candidates[name]))
         if verbose:
             line = ", ".join(f"{n} {times[n][-1]:.3f} s" for n in names)
