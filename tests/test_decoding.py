@@ -376,6 +376,28 @@ def test_xla_matches_eager():
     np.testing.assert_allclose(scores, eager_scores, atol=1e-5)
 
 
+def test_a_longer_buffer_searches_to_the_max_length_given_at_run_time():
+    model = MarkovModel(SHORT_OR_LONG)
+    source = np.array([[A, 1]], "int32")
+    expected, expected_score = beam_search(
+        model, source, beam_size=2, length_penalty=3.0, max_length=3
+    )  # cut at 3 tokens: [A, B, C] never reaches its END
+    limit = tf.Variable(3)  # a run-time value, not a shape
+
+    @tf.function(jit_compile=True)
+    def search(source):
+        return beam_search(model, source, beam_size=2, length_penalty=3.0,
+                           max_length=limit, buffer_length=8)
+
+    tokens, score = search(source)
+    assert tokens.shape == (1, 8)
+    np.testing.assert_array_equal(tokens[:, :3], expected)
+    assert not np.asarray(tokens[:, 3:]).any()
+    np.testing.assert_allclose(score, expected_score, rtol=1e-6)
+    limit.assign(8)  # the same program, a longer search: now it ends
+    np.testing.assert_array_equal(search(source)[0], [[A, B, C, END_ID, 0, 0, 0, 0]])
+
+
 def test_learned_positions_cap_the_default_max_length():
     model = tiny_model(positions="learned", max_sequence_length=8)
     source = np.array([[5, 6, 7, 8, 9]], "int32")

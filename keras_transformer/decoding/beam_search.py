@@ -56,6 +56,7 @@ def beam_search(
     end_id=END_ID,
     pad_id=PAD_ID,
     return_all_beams=False,
+    buffer_length=None,
 ):
     """Translate a batch with beam search and the GNMT length penalty.
 
@@ -116,12 +117,17 @@ def beam_search(
         pad_id: the padding token, written after `end_id`.
         return_all_beams: return every kept hypothesis, best first, instead
             of the best one.  Unfilled finished slots score -inf.
+        buffer_length: positions allocated for the cache and the tokens,
+            at least `max_length` (`max_length` if None).  Under XLA every
+            shape is a compile-time constant: a program compiled once for a
+            `buffer_length` then searches up to a `max_length` given at run
+            time, with the same result as a search allocated for it.
 
     Returns:
-        A tuple `(token_ids, scores)`: int32 `(B, max_length)` (`start_id`
-        excluded, `end_id` included) and float32 `(B,)` scores
-        log P(Y) / lp(Y); with `return_all_beams`, `(B, beam_size,
-        max_length)` and `(B, beam_size)`.
+        A tuple `(token_ids, scores)`: int32 `(B, buffer_length)` (`start_id`
+        excluded, `end_id` included, padding from `max_length` on) and
+        float32 `(B,)` scores log P(Y) / lp(Y); with `return_all_beams`,
+        `(B, beam_size, buffer_length)` and `(B, beam_size)`.
 
     Example:
     >>> model = keras_transformer.models.Transformer.from_preset("tiny")
@@ -139,11 +145,12 @@ def beam_search(
     alpha = float(length_penalty)
     encoder_token_ids = ops.convert_to_tensor(encoder_token_ids, "int32")
     max_length = resolve_max_length(model, encoder_token_ids, max_length)
+    buffer_length = max_length if buffer_length is None else buffer_length
     batch = ops.shape(encoder_token_ids)[0]
     encoder_output = model.encode(encoder_token_ids, training=False)  # (B, S, d)
     chunks = getattr(model, "beam_cache_chunks", None)
     cache = model.init_cache(
-        encoder_token_ids, encoder_output, max_length,
+        encoder_token_ids, encoder_output, buffer_length,
         **({} if chunks is None else {"chunks": chunks}),
     )
     static_entries = frozenset(getattr(model, "static_cache_entries", ()))
@@ -204,7 +211,7 @@ def beam_search(
         }
 
     # Column 0 holds start_id, so column i is the decoder input at position i.
-    ids = ops.full((batch, k, max_length + 1), pad_id, "int32")
+    ids = ops.full((batch, k, buffer_length + 1), pad_id, "int32")
     ids = write_position(ids, 0, ops.full((batch, k), start_id, "int32"))
     # Only beam 0 is real at first; its k - 1 copies must not be extended too.
     first = ops.equal(ops.arange(k, dtype="int32"), 0)  # (k,)
@@ -228,7 +235,7 @@ def beam_search(
     alive_scores = state["alive_log_probs"] / alive_lp  # (B, k)
     token_ids = ops.where(
         any_finished[:, None, None], state["finished_ids"], state["alive_ids"]
-    )[:, :, 1:]  # (B, k, max_length)
+    )[:, :, 1:]  # (B, k, buffer_length)
     scores = ops.where(any_finished[:, None], finished_scores, alive_scores)
     if return_all_beams:
         return token_ids, scores
