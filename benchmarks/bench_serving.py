@@ -17,6 +17,7 @@ call, with a pause before each timed call (`PAUSE`):
   saved_model:translate_xla    strings in and out, greedy search as one XLA
                                program (inputs padded to power-of-two buckets)
   saved_model:translate_beam   strings in and out, beam 4, length penalty 0.6
+  saved_model:translate_beam_xla  the same as one XLA program
   tflite_float32, tflite_int8  `translator_tflite` in LiteRT (2 threads), ids
                                in and out, static batch and source length 20
   ctranslate2_float32, _int8   `export.ctranslate2` of the same weights in
@@ -72,6 +73,7 @@ THREADS = 2
 PAUSE = 0.3
 PATHS = ("keras", "saved_model:serving_default", "saved_model:translate_ids",
          "saved_model:translate_xla", "saved_model:translate_beam",
+         "saved_model:translate_beam_xla",
          "tflite_float32", "tflite_int8", "ctranslate2_float32", "ctranslate2_int8")
 PEER = "ctranslate2_float32"
 
@@ -180,7 +182,9 @@ def translator_calls(search, greedy, beam, signatures, ids, strings):
 
     if search == "beam4":
         return {"keras": lambda: beam(ids).numpy(),
-                "saved_model:translate_beam": signature("translate_beam", sentences=strings)}
+                "saved_model:translate_beam": signature("translate_beam", sentences=strings),
+                "saved_model:translate_beam_xla": signature("translate_beam_xla",
+                                                            sentences=strings)}
     return {
         "keras": lambda: greedy(ids).numpy(),
         "saved_model:serving_default": signature("serving_default", sentences=strings),
@@ -322,7 +326,8 @@ def quality(args):
         translate = Translator(model, task.tokenizer, msl, beam_size=beam_size,
                                length_penalty=LENGTH_PENALTY)
         outputs[f"keras {search}"] = translate(sources)
-    for signature in ("serving_default", "translate_xla", "translate_beam"):
+    for signature in ("serving_default", "translate_xla", "translate_beam",
+                      "translate_beam_xla"):
         def answer(batch, run_signature=signatures[signature]):
             served = run_signature(sentences=tf.constant(batch))
             return {key: value.numpy() for key, value in served.items()}

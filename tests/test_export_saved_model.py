@@ -81,7 +81,8 @@ def test_strings_match_keras_in_fresh_process_and_saved_model_cli(
 def test_signatures_declare_strings(loaded_translator):
     signatures = loaded_translator.signatures
     assert sorted(signatures) == [
-        "serving_default", "translate_beam", "translate_ids", "translate_xla",
+        "serving_default", "translate_beam", "translate_beam_xla", "translate_ids",
+        "translate_xla",
     ]  # fmt: skip
     (spec,) = signatures["serving_default"].structured_input_signature[1].values()
     assert spec.dtype == tf.string and spec.shape.as_list() == [None]
@@ -140,13 +141,18 @@ def test_ids_and_beam_signatures_match_keras(translator, tokenizer, loaded_trans
     np.testing.assert_allclose(beam["scores"], scores, atol=1e-5)
 
 
-def test_xla_signature_returns_the_default_signatures_translations(loaded_translator):
+def test_xla_signatures_return_the_plain_signatures_translations(loaded_translator):
     signatures = loaded_translator.signatures
     for batch in (EXAMPLES[:1], EXAMPLES[:5], EXAMPLES):  # buckets 1, 8 and 16 rows
         sentences = tf.constant(batch)
-        expected = signatures["serving_default"](sentences=sentences)["translations"]
-        got = signatures["translate_xla"](sentences=sentences)["translations"]
-        assert got.numpy().tolist() == expected.numpy().tolist()
+        for plain, xla in (("serving_default", "translate_xla"),
+                           ("translate_beam", "translate_beam_xla")):
+            expected = signatures[plain](sentences=sentences)
+            got = signatures[xla](sentences=sentences)
+            assert got["translations"].numpy().tolist() == (
+                expected["translations"].numpy().tolist()), (plain, len(batch))
+            if "scores" in expected:
+                np.testing.assert_allclose(got["scores"], expected["scores"], atol=1e-5)
 
 
 def test_token_classifier_export(tokenizer):

@@ -108,6 +108,9 @@ def test_inputs_are_padded_to_power_of_two_buckets():
     np.testing.assert_array_equal(padded[:3, :7], SOURCE)
     np.testing.assert_array_equal(padded[3, :7], SOURCE[0])  # a copy of row 0
     assert not padded[:, 7:].any()
+    # An empty row averages over every column: its batch keeps its width.
+    with_empty = np.concatenate([SOURCE, np.zeros((1, 7), "int32")])
+    assert pad_to_buckets(tf.constant(with_empty), 64).shape == (4, 7)
 
 
 def test_xla_greedy_returns_the_graphs_tokens():

@@ -85,19 +85,23 @@ def bucket_size(size, smallest=1, largest=None):
 
 
 def pad_to_buckets(ids, largest_length):
-    """`(B, S)` ids -> `(B', S')`, B' and S' >= 8 powers of two (S' at most
+    """`(B, S)` ids -> `(B', S')`, B' a power of two and S' one >= 8 (at most
     `largest_length`): rows added as copies of row 0, columns as padding.
 
     An XLA program is compiled once per input shape; with shapes in
     buckets a server compiles a handful of programs, not one per batch
     size and source length.  A copied row finishes decoding when row 0
-    does, so it never makes the loop longer.
+    does, so it never makes the loop longer.  A batch holding a row of
+    padding only (an empty sentence) keeps its own width: that row's
+    attention is masked everywhere, so the model averages over all its
+    columns, and more columns would change its answer.
     """
     rows, columns = tf.shape(ids)[0], tf.shape(ids)[1]
     extra_rows = bucket_size(rows) - rows
     ids = tf.concat([ids, tf.tile(ids[:1], [extra_rows, 1])], axis=0)
-    extra_columns = bucket_size(columns, 8, largest_length) - columns
-    return tf.pad(ids, [[0, 0], [0, extra_columns]])
+    has_empty_row = tf.reduce_any(tf.reduce_all(tf.equal(ids, PAD_ID), axis=1))
+    width = tf.where(has_empty_row, columns, bucket_size(columns, 8, largest_length))
+    return tf.pad(ids, [[0, 0], [0, width - columns]])
 
 
 def fill_empty_rows(ids):
@@ -191,6 +195,8 @@ class TranslatorModule(tf.Module):
         self.length_penalty = float(length_penalty)
         _keep_out_of_object_graph(self, "_compiled_greedy", tf.function(
             self._greedy, jit_compile=True, autograph=False))
+        _keep_out_of_object_graph(self, "_compiled_beam", tf.function(
+            self._beam, jit_compile=True, autograph=False))
 
     def signatures(self):
         """Concrete functions to serve, by signature name (`serving_default` first)."""
@@ -199,6 +205,7 @@ class TranslatorModule(tf.Module):
             "translate_ids": self.translate_ids.get_concrete_function(),
             "translate_beam": self.translate_beam.get_concrete_function(),
             "translate_xla": self.translate_xla.get_concrete_function(),
+            "translate_beam_xla": self.translate_beam_xla.get_concrete_function(),
         }
 
     def _source_ids(self, sentences):
@@ -283,18 +290,38 @@ class TranslatorModule(tf.Module):
         Beam search with `beam_size` beams and the GNMT length penalty;
         scores are log P(Y) / lp(Y) of the returned translations.
         """
+        token_ids, scores = self._beam(self._source_ids(sentences))
+        return {"translations": self._detokenize(token_ids), "scores": scores}
+
+    @tf.function(input_signature=[SENTENCES], autograph=False)
+    def translate_beam_xla(self, sentences):
+        """`translate_beam` compiled by XLA, as `translate_xla` is `translate`."""
         ids = self._source_ids(sentences)
-        token_ids, scores = beam_search(
+        rows = tf.shape(ids)[0]
+        max_length = self._max_length(ids)
+        padded = pad_to_buckets(ids, self.max_sequence_length)
+        token_ids, scores = self._compiled_beam(padded, max_length)
+        return {
+            "translations": self._detokenize(token_ids[:rows, :max_length]),
+            "scores": scores[:rows],
+        }
+
+    def _beam(self, encoder_token_ids, max_length=None):
+        """Beam search up to `max_length` (`_max_length` of the ids if None),
+        in buffers of `_max_length` positions: a compile-time constant under
+        XLA, where `max_length` is given at run time."""
+        buffer_length = self._max_length(encoder_token_ids)
+        return beam_search(
             self._decoder,
-            ids,
+            encoder_token_ids,
             beam_size=self.beam_size,
             length_penalty=self.length_penalty,
-            max_length=self._max_length(ids),
+            max_length=buffer_length if max_length is None else max_length,
             start_id=START_ID,
             end_id=END_ID,
             pad_id=PAD_ID,
+            buffer_length=buffer_length,
         )
-        return {"translations": self._detokenize(token_ids), "scores": scores}
 
 
 def class_names(model, label_names=None):
