@@ -7,8 +7,9 @@ this project, so it proves that the SavedModel is self-contained: what a
 server loads is exactly what was exported.
 
 REQUEST and RESPONSE are JSON files of the form
-`{"saved_model_dir": ..., "signature": ..., "inputs": {key: TENSOR}}` and
-`{"outputs": {key: TENSOR}, "project_modules": [...]}`, where a TENSOR is
+`{"saved_model_dir": ..., "signatures": [name, ...], "inputs": {key: TENSOR}}`
+and `{"outputs": {name: {key: TENSOR}}, "project_modules": [...]}`: every
+signature named runs on the same inputs, in one process.  A TENSOR is
 `{"dtype": ..., "shape": [...], "values": [...]}` with string values base64
 encoded (so that any bytes, invalid UTF-8 included, survive JSON).
 """
@@ -54,14 +55,16 @@ def main(request_path, response_path):
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     loaded = tf.saved_model.load(request["saved_model_dir"])
-    function = loaded.signatures[request["signature"]]
     inputs = {
         key: tf.constant(decode_tensor(value))
         for key, value in request["inputs"].items()
     }
-    outputs = {
-        key: encode_tensor(value.numpy()) for key, value in function(**inputs).items()
-    }
+    outputs = {}
+    for name in request["signatures"]:
+        function = loaded.signatures[name]
+        outputs[name] = {
+            key: encode_tensor(value.numpy()) for key, value in function(**inputs).items()
+        }
     project_modules = sorted(
         name for name in sys.modules if name.split(".")[0] in PROJECT_PACKAGES
     )

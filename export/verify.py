@@ -1,8 +1,10 @@
 """Check an exported SavedModel against the Keras model, outside this process.
 
 Two independent consumers run the export: a fresh Python process that
-imports only TensorFlow and tensorflow-text (`export/fresh_process.py`), and
-TensorFlow's `saved_model_cli run`, whose printed output is parsed. Both are
+imports only TensorFlow and tensorflow-text (`export/fresh_process.py`;
+`serving_default`, and a translator's `translate_xla` too), and
+TensorFlow's `saved_model_cli run` (`serving_default`), whose printed output
+is parsed. Both are
 compared with the outputs the Keras model computes here without the serving
 module, `Task.outputs` of the run's task (`training.tasks`): tokenize -> cut
 to `max_sequence_length` -> greedy search with max length min(S + 50,
@@ -61,11 +63,13 @@ def run_in_fresh_process(
     Args:
         saved_model_dir: The SavedModel directory.
         inputs: {signature input key: NumPy array}; strings as bytes/str.
-        signature: Signature name.
+        signature: Signature name, or a list of names run on the same
+            inputs in the one process.
         timeout: Seconds before the process is killed.
 
     Returns:
-        {output key: NumPy array}.
+        {output key: NumPy array}; for a list of names, {name: {output key:
+        NumPy array}}.
 
     Raises:
         RuntimeError: If the process fails, or if it imported this project.
@@ -75,7 +79,7 @@ def run_in_fresh_process(
         response_path = os.path.join(scratch, "response.json")
         request = {
             "saved_model_dir": os.path.abspath(saved_model_dir),
-            "signature": signature,
+            "signatures": [signature] if isinstance(signature, str) else list(signature),
             "inputs": {
                 key: fresh_process.encode_tensor(value) for key, value in inputs.items()
             },
@@ -108,10 +112,11 @@ def run_in_fresh_process(
         raise RuntimeError(
             f"The fresh process imported this project: {response['project_modules']}."
         )
-    return {
-        key: fresh_process.decode_tensor(value)
-        for key, value in response["outputs"].items()
+    outputs = {
+        name: {key: fresh_process.decode_tensor(value) for key, value in tensors.items()}
+        for name, tensors in response["outputs"].items()
     }
+    return outputs[signature] if isinstance(signature, str) else outputs
 
 
 def compare_outputs(actual, expected, atol=1e-5):
@@ -151,6 +156,20 @@ def compare_outputs(actual, expected, atol=1e-5):
     return problems
 
 
+#: Signatures that answer as `serving_default`, compiled by XLA
+#: (`training.serving.signatures.TranslatorModule.translate_xla`).
+XLA_TWINS = ("translate_xla",)
+
+
+def signature_names(saved_model_dir):
+    """The signature names of a SavedModel, read from its `saved_model.pb`."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto = saved_model_pb2.SavedModel.FromString(f.read())
+    return {name for graph in proto.meta_graphs for name in graph.signature_def}
+
+
 def verify_saved_model(
     saved_model_dir,
     model,
@@ -159,7 +178,8 @@ def verify_saved_model(
     use_saved_model_cli=True,
     atol=1e-5,
 ):
-    """Runs `serving_default` outside this process and compares it with Keras.
+    """Runs `serving_default` (and `translate_xla`, where the export has it)
+    outside this process and compares it with Keras.
 
     Args:
         saved_model_dir: An export of `export.saved_model.export_saved_model`.
@@ -171,7 +191,8 @@ def verify_saved_model(
         atol: Tolerance on probabilities (strings must match exactly).
 
     Returns:
-        A dict: `num_examples`, `assets` (file names), `fresh_process` and
+        A dict: `num_examples`, `signatures` (those run), `assets` (file
+        names), `fresh_process` and
         `saved_model_cli` (lists of differences, empty when they agree, or
         None when skipped) and `ok`.
     """
@@ -179,10 +200,15 @@ def verify_saved_model(
     if examples is None:
         examples = task.probe_inputs(model)
     inputs = task.serving_inputs(examples)
+    # `serving_default`, and its XLA twin where the export has one: both
+    # answer as the Keras model does.
+    signatures = ["serving_default"] + [
+        name for name in XLA_TWINS if name in signature_names(saved_model_dir)
+    ]
     # The two consumers are separate processes, each mostly starting
     # TensorFlow: they run side by side while Keras computes the reference.
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        fresh_run = pool.submit(run_in_fresh_process, saved_model_dir, inputs)
+        fresh_run = pool.submit(run_in_fresh_process, saved_model_dir, inputs, signatures)
         cli_run = (
             pool.submit(run_saved_model_cli, saved_model_dir, inputs)
             if use_saved_model_cli
@@ -190,13 +216,18 @@ def verify_saved_model(
         )
         # A SavedModel written with int8 tables is compared with the same copy.
         expected = task.outputs(served_model(model, saved_model_dir), examples)
-        fresh = compare_outputs(fresh_run.result(), expected, atol)
+        fresh = [
+            f"{name}: {problem}" if name != "serving_default" else problem
+            for name, outputs in fresh_run.result().items()
+            for problem in compare_outputs(outputs, expected, atol)
+        ]
         cli = None if cli_run is None else compare_outputs(cli_run.result(), expected, atol)
     assets_dir = os.path.join(saved_model_dir, "assets")
     assets = sorted(os.listdir(assets_dir)) if os.path.isdir(assets_dir) else []
     missing = [name for name in ("config.json",) if name not in assets]
     return {
         "num_examples": len(examples),
+        "signatures": signatures,
         "assets": assets,
         "fresh_process": fresh,
         "saved_model_cli": cli,

@@ -74,6 +74,7 @@ def test_strings_match_keras_in_fresh_process_and_saved_model_cli(
     ]
     assert sum(copied) >= 4, expected["translations"][:6]
     report = verify_saved_model(translator_dir, translator, task, EXAMPLES)
+    assert report["signatures"] == ["serving_default", "translate_xla"]
     assert report["fresh_process"] == [] and report["saved_model_cli"] == []
     assert report["ok"], report
 

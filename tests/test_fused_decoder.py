@@ -59,7 +59,10 @@ def test_every_step_has_the_models_logits(model):
         tokens = tokens[:, None].astype("int32")
 
 
-def test_searches_return_the_models_tokens_in_a_graph(model):
+@pytest.mark.parametrize("layout", ["post_ln_tied", "untied_learned"])
+def test_searches_return_the_models_tokens_in_a_graph(layout):
+    # Two layouts: the step's logits are held to the model's in all four.
+    model = model_of(layout)
     fused = FusedDecoder(model)
 
     @tf.function(autograph=False)
