@@ -46,6 +46,9 @@ setup(
             "nbformat>=5.9,<6",
             "ipykernel>=6",
             "scikit-learn>=1.4",
+            # tests/test_tokenizers.py trains a SentencePiece model for our wrapper
+            # of tensorflow-text's op (SentencePieceTokenizer).
+            "sentencepiece>=0.2",
             # tests/test_jax_backend.py: the modeling library on Keras' JAX
             # backend (CPU), in a subprocess.
             "jax>=0.10,<0.12",
