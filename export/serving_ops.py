@@ -39,14 +39,18 @@ OPS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_ops"
 SERVING_TEXT_VERSION = "2.12.1"
 
 
-def op_types(saved_model_dir):
-    """Every op type in the SavedModel's graph and its function library."""
+def read_saved_model(saved_model_dir):
+    """The `SavedModel` protocol buffer of a directory's `saved_model.pb`."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
-        proto = saved_model_pb2.SavedModel.FromString(f.read())
+        return saved_model_pb2.SavedModel.FromString(f.read())
+
+
+def op_types(saved_model_dir):
+    """Every op type in the SavedModel's graph and its function library."""
     ops = set()
-    for meta_graph in proto.meta_graphs:
+    for meta_graph in read_saved_model(saved_model_dir).meta_graphs:
         graph = meta_graph.graph_def
         ops.update(node.op for node in graph.node)
         for function in graph.library.function:

@@ -26,6 +26,7 @@ import numpy as np
 from export import fresh_process
 from export.quantize import served_model
 from export.saved_model_cli import run_saved_model_cli
+from export.serving_ops import read_saved_model
 from training.tasks.base import require_task
 
 
@@ -163,11 +164,8 @@ XLA_TWINS = ("translate_xla",)
 
 def signature_names(saved_model_dir):
     """The signature names of a SavedModel, read from its `saved_model.pb`."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
-        proto = saved_model_pb2.SavedModel.FromString(f.read())
-    return {name for graph in proto.meta_graphs for name in graph.signature_def}
+    meta_graphs = read_saved_model(saved_model_dir).meta_graphs
+    return {name for graph in meta_graphs for name in graph.signature_def}
 
 
 def verify_saved_model(

@@ -5,6 +5,9 @@ import math
 import keras
 from keras import ops
 
+#: A masked attention score: float32's own minimum (see `masked_softmax`).
+MASKED_SCORE = -3.4028234663852886e38
+
 
 def masked_softmax(scores, mask=None, axis=-1):
     """Softmax in float32 with masked entries at the dtype's own minimum.
@@ -16,7 +19,7 @@ def masked_softmax(scores, mask=None, axis=-1):
     """
     scores = ops.cast(scores, "float32")
     if mask is not None:
-        scores = ops.where(mask, scores, ops.cast(-3.4028234663852886e38, "float32"))
+        scores = ops.where(mask, scores, ops.cast(MASKED_SCORE, "float32"))
     if scores.shape[axis] == 1:
         # One key (the first decoding step): its weight is 1, masked or not.
         # ops.softmax would say the same but warn that the axis has length 1.

@@ -23,9 +23,8 @@ import math
 
 import tensorflow as tf
 
-# Masked attention scores, as `keras_transformer.layers.scaled_dot_product_attention.
-# masked_softmax` fills them: float32's minimum, so a fully masked row stays finite.
-MASKED_SCORE = -3.4028234663852886e38
+# Masked scores are filled as the layers' `masked_softmax` fills them.
+from keras_transformer.layers.scaled_dot_product_attention import MASKED_SCORE
 
 
 def fused_decoder_unsupported(model):

@@ -258,7 +258,7 @@ class TranslatorModule(tf.Module):
         Needs XLA's CPU JIT where it runs: TensorFlow in Python has it;
         TensorFlow Serving runs it with `--xla_cpu_compilation_enabled=true`.
         Each new bucket of batch size and source length (powers of two) is
-        compiled on its first request, about a second.
+        compiled on its first request, in 1.5 to 3 s.
         """
         return {
             "translations": self._detokenize(
