@@ -102,7 +102,7 @@ def test_each_member_gets_its_own_gradient_divided_by_k():
 
 def test_fit_reports_the_ensembles_accuracy_and_members_start_apart():
     model = _ensemble(size=2)
-    first, second = (m.get_layer("feature_projection").kernel for m in model.members)
+    first, second = (m.stem.feature_projection.kernel for m in model.members)
     assert not np.allclose(np.asarray(first), np.asarray(second))
     model.compile(optimizer="adam",
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

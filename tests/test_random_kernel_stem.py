@@ -117,8 +117,8 @@ def test_serialisation_round_trip_keeps_the_adapted_weights(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert loaded.get_config()["random_kernel_stem"]["num_windows"] == 4
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded.kernel_stem.biases),
-                                  keras.ops.convert_to_numpy(model.kernel_stem.biases))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded.stem.kernel_stem.biases),
+                                  keras.ops.convert_to_numpy(model.stem.kernel_stem.biases))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)),
                                keras.ops.convert_to_numpy(model(x)), atol=1e-5)
     config = RandomKernelStem(64, num_windows=3, seed=2).get_config()
@@ -167,7 +167,7 @@ def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
     assert series_stem_recipe(1000, 64, 3)["steps_per_epoch"] == 30 * 32 // 4  # 30 passes
     model = task.build_model(config, data)
     assert isinstance(model, ClassifierEnsemble)
-    first, second = (m.kernel_stem for m in model.members)
+    first, second = (m.stem.kernel_stem for m in model.members)
     assert first.seed != second.seed  # each member its own kernels and biases
     assert np.abs(keras.ops.convert_to_numpy(first.biases)).max() > 0
     loss, metrics = task.loss_and_metrics(config)
@@ -217,7 +217,7 @@ def test_the_preset_with_level_features_adapts_them_to_the_training_series():
     mean = np.concatenate([x.mean(axis=1), 0.5 * np.log(x.var(axis=1) + 1e-5)], axis=-1)
     for member in model.members:
         np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(member.level_features.statistic_mean),
+            keras.ops.convert_to_numpy(member.stem.level_features.statistic_mean),
             mean.mean(axis=0), rtol=1e-4, atol=1e-5)
         assert member.get_config()["series_level_features"] is True
     with pytest.raises(ValueError, match="series_level_features=true, standardize_series=false"):

@@ -152,7 +152,7 @@ def test_level_features_give_back_the_level_and_scale_standardization_removes():
     config = model.get_config()
     assert config["series_level_features"] is True
     rebuilt = TransformerClassifier.from_config(config)
-    assert rebuilt.level_features is not None and plain.level_features is None
+    assert rebuilt.stem.level_features is not None and plain.stem.level_features is None
     with pytest.raises(ValueError, match="series_level_features=True, standardize_series=False"):
         TransformerClassifier(**CLASSIFIER, patch_length=4, series_level_features=True)
     with pytest.raises(ValueError, match="adapt_level_features"):
@@ -213,10 +213,10 @@ def test_a_padded_series_gives_its_own_output(options):
     batch = _pad(rows, length=24)
     if "random_kernel_stem" in options:  # biases from other padded series' own steps
         model.adapt_stem(_adapt_batch((9, 21, 14, 1, 17), length=24))
-        assert np.any(ops.convert_to_numpy(model.kernel_stem.biases) != 0)
+        assert np.any(ops.convert_to_numpy(model.stem.kernel_stem.biases) != 0)
     if options.get("series_level_features"):  # their standardization, from the same series
         model.adapt_level_features(batch * 2.0 + 1.0)
-        assert np.all(ops.convert_to_numpy(model.level_features.statistic_mean) != 0)
+        assert np.all(ops.convert_to_numpy(model.stem.level_features.statistic_mean) != 0)
     padded = ops.convert_to_numpy(model(batch, training=False))
     assert np.isfinite(padded).all()
     for i, row in enumerate(rows):

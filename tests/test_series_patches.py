@@ -94,7 +94,7 @@ def test_patched_classifier_round_trips_through_config_and_keras_file(tmp_path):
     assert_trees_equal(model(x), clone(x), err_msg="from_config clone")
     reloaded = check_saved_model_round_trip(model, x, tmp_path)
     assert reloaded.get_config() == config
-    assert isinstance(reloaded.get_layer("series_patches"), SeriesPatches)
+    assert isinstance(reloaded.get_layer("stem").patches, SeriesPatches)
 
 
 def test_every_value_of_a_patch_reaches_the_logits():
@@ -257,7 +257,7 @@ def test_new_options_round_trip_and_old_configs_still_load(tmp_path):
     old = {k: v for k, v in config.items() if k not in ("patch_stride", "standardize_series")}
     clone = TransformerClassifier.from_config(old)
     assert (clone.patch_stride, clone.standardize_series) == (None, False)
-    assert clone.get_layer("series_patches").step == 4
+    assert clone.stem.patches.step == 4
 
 
 @pytest.mark.parametrize(

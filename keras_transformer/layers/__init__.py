@@ -33,28 +33,39 @@ from keras_transformer.layers.series_masking import (
     step_mask,
 )
 from keras_transformer.layers.series_patches import SeriesPatches
+from keras_transformer.layers.series_stem import (
+    PatchStem,
+    RandomKernelSeriesStem,
+    SeriesStem,
+)
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
+from keras_transformer.layers.token_stem import CharNGramTokenStem, TokenStem
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
 __all__ = [
+    "CharNGramTokenStem",
     "Dropout",
     "FeedForward",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
     "MultiHeadAttention",
     "NGramConvolution",
+    "PatchStem",
     "PositionEmbedding",
+    "RandomKernelSeriesStem",
     "SeriesLevelFeatures",
     "SeriesPatches",
     "SeriesStandardization",
+    "SeriesStem",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
+    "TokenStem",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_attention",

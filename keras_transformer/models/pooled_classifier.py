@@ -1,4 +1,4 @@
-"""What the pooled sequence classifiers share: the token input stem, mixup
+"""What the pooled sequence classifiers share: mixup
 of the pooled features, the loss of a mixed batch, and class probabilities.
 
 `TransformerClassifier` and `TextCNNClassifier` differ only in what lies
@@ -10,10 +10,6 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.masking import padding_mask
-from keras_transformer.layers.token_and_position_embedding import (
-    TokenAndPositionEmbedding,
-)
 from keras_transformer.layers.validation import check_token_ids
 from keras_transformer.models._serialization import with_dtype_policy
 from keras_transformer.models._xla_dropout import XLADropoutMixin
@@ -68,61 +64,6 @@ def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None,
     partner = compute_loss(x, ops.flip(y, axis=0), logits,
                            2.0 * (1.0 - lam) * ops.flip(weight, axis=0), training=training)
     return 0.5 * (own + partner)
-
-
-def token_embedding_layers(vocabulary_size, hidden_dim, max_sequence_length, positions,
-                           char_ngram_buckets, dtype=None):
-    """The token stem's layers: `(token_embedding, char_ngram_embedding)`.
-
-    The second is None without `char_ngram_buckets`; with n buckets it is
-    an `(n + 1, d)` table (row 0: no n-gram) initialised N(0, 1/d), as the
-    token embedding, so that both are scaled alike (`embed_tokens`).
-    """
-    embedding = TokenAndPositionEmbedding(
-        vocabulary_size, hidden_dim, max_sequence_length, positions=positions,
-        dtype=dtype, name="token_embedding",
-    )
-    char_ngram_embedding = None
-    if char_ngram_buckets:
-        char_ngram_embedding = keras.layers.Embedding(
-            char_ngram_buckets + 1, hidden_dim,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
-            dtype=dtype, name="char_ngram_embedding",
-        )
-    return embedding, char_ngram_embedding
-
-
-def embed_tokens(embedding, char_ngram_embedding, token_ids):
-    """Token ids -> `(x, mask)`: the tokens' embeddings with their positions
-    (and the mean vector of their character n-grams) `(B, T, d)`, and
-    `(B, T)` True at real tokens.
-
-    `token_ids`: `(B, T)`, or packed `(B, T, 1 + G)` when
-    `char_ngram_embedding` is given: each token's id, then G hashed ids of
-    its character n-grams (0 for none), as fastText's word vectors
-    (Bojanowski et al., 2017).  The n-grams' mean, scaled by sqrt(d) as the
-    token embeddings are, is added to the token's embedding: an unknown
-    word then differs from another by its spelling.
-    """
-    grams = None
-    if char_ngram_embedding is not None:
-        grams, token_ids = token_ids[..., 1:], token_ids[..., 0]  # (B, T, G), (B, T)
-    mask = padding_mask(token_ids)
-    x = embedding(token_ids)
-    if grams is not None:
-        vectors = char_ngram_embedding(grams)  # (B, T, G, d)
-        present = ops.cast(ops.expand_dims(ops.not_equal(grams, 0), -1), vectors.dtype)
-        count = ops.maximum(ops.sum(present, axis=2), 1.0)  # (B, T, 1)
-        mean = ops.sum(vectors * present, axis=2) / count  # 0 for a word without n-grams
-        x = x + mean * ops.cast(ops.shape(mean)[-1] ** 0.5, x.dtype)  # scaled as the tokens
-    return x, mask
-
-
-def token_input(char_ngram_buckets, char_ngrams_per_word):
-    """The functional `token_ids` input: `(B, T)`, or `(B, T, 1 + G)` packed."""
-    if char_ngram_buckets:
-        return keras.Input((None, 1 + char_ngrams_per_word), dtype="int32", name="token_ids")
-    return keras.Input((None,), dtype="int32", name="token_ids")
 
 
 def head_layers(num_classes, hidden_dim, dropout, dtype=None):

@@ -5,6 +5,11 @@ import keras
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
+from keras_transformer.layers.token_stem import (
+    embed_tokens,
+    token_embedding_layers,
+    token_input,
+)
 from keras_transformer.layers.validation import (
     check_choice,
     check_non_negative,
@@ -12,13 +17,7 @@ from keras_transformer.layers.validation import (
     check_positive_int,
     check_rate,
 )
-from keras_transformer.models.pooled_classifier import (
-    PooledClassifier,
-    embed_tokens,
-    head_layers,
-    token_embedding_layers,
-    token_input,
-)
+from keras_transformer.models.pooled_classifier import PooledClassifier, head_layers
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -38,7 +37,7 @@ class TextCNNClassifier(PooledClassifier):
       word's id then G = `char_ngrams_per_word` hashed ids of its character
       n-grams (built by `training.text.tokenizers.CharNGramTokenizer`), and
       their mean vector is added to the word's embedding
-      (`pooled_classifier.embed_tokens`).
+      (`keras_transformer.layers.token_stem.embed_tokens`).
     - For each width in `ngram_widths`, `hidden_dim` ReLU filters over that
       many consecutive words, side by side (`NGramConvolution(residual=False)`);
       without widths, the embeddings themselves.

@@ -1,24 +1,12 @@
 """An encoder-only Transformer classifier for token or numeric sequences."""
 
 import keras
-import numpy as np
 
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
-from keras_transformer.layers.position_embedding import PositionEmbedding
-from keras_transformer.layers.random_kernel_stem import RandomKernelStem
-from keras_transformer.layers.series_level_features import SeriesLevelFeatures
-from keras_transformer.layers.series_masking import (
-    SeriesStandardization,
-    fill_missing,
-    series_lengths,
-    step_mask,
-)
-from keras_transformer.layers.series_patches import SeriesPatches
-from keras_transformer.layers.sinusoidal_position_encoding import (
-    SinusoidalPositionEncoding,
-)
+from keras_transformer.layers.series_stem import PatchStem, RandomKernelSeriesStem
+from keras_transformer.layers.token_stem import CharNGramTokenStem, TokenStem
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
     check_bool,
@@ -29,36 +17,7 @@ from keras_transformer.layers.validation import (
     check_positive_int,
     check_rate,
 )
-from keras_transformer.models.pooled_classifier import (
-    PooledClassifier,
-    embed_tokens,
-    head_layers,
-    token_embedding_layers,
-    token_input,
-)
-
-
-def series_stem_layers(hidden_dim, max_sequence_length, positions, patch_length,
-                       patch_stride, standardize_series, dtype=None):
-    """The numeric input stem's layers, in the order they are applied:
-    `(series_norm, patches, feature_projection, position_encoding)`, the
-    first two None when not asked for."""
-    # Instance normalization: statistics over the known steps of each series.
-    series_norm = (
-        SeriesStandardization(epsilon=1e-5, dtype=dtype, name="series_standardization")
-        if standardize_series else None
-    )
-    patches = (
-        SeriesPatches(patch_length, stride=patch_stride, dtype=dtype, name="series_patches")
-        if patch_length > 1 else None
-    )
-    feature_projection = keras.layers.Dense(hidden_dim, dtype=dtype, name="feature_projection")
-    position_encoding = (
-        SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
-        if positions == "sinusoidal"
-        else PositionEmbedding(max_sequence_length, dtype=dtype, name="position_embedding")
-    )
-    return series_norm, patches, feature_projection, position_encoding
+from keras_transformer.models.pooled_classifier import PooledClassifier, head_layers
 
 
 def _check_input_kind(vocabulary_size, num_features, char_ngram_buckets, patch_length,
@@ -267,25 +226,23 @@ class TransformerClassifier(PooledClassifier):
             )
 
         # === Layers ===
-        if vocabulary_size is not None:
-            self.embedding, self.char_ngram_embedding = token_embedding_layers(
-                vocabulary_size, hidden_dim, max_sequence_length, positions, char_ngram_buckets,
-                dtype=dtype,
-            )
+        if vocabulary_size is not None and char_ngram_buckets:
+            self.stem = CharNGramTokenStem(
+                vocabulary_size, hidden_dim, max_sequence_length, positions,
+                char_ngram_buckets=char_ngram_buckets,
+                char_ngrams_per_word=char_ngrams_per_word, dtype=dtype)
+        elif vocabulary_size is not None:
+            self.stem = TokenStem(vocabulary_size, hidden_dim, max_sequence_length, positions,
+                                  dtype=dtype)
+        elif random_kernel_stem is not None:
+            self.stem = RandomKernelSeriesStem(
+                num_features, hidden_dim, max_sequence_length, positions, standardize_series,
+                series_level_features, **random_kernel_stem, dtype=dtype)
         else:
-            (self.series_norm, self.patches, self.feature_projection,
-             self.position_encoding) = series_stem_layers(
-                hidden_dim, max_sequence_length, positions, patch_length, patch_stride,
-                standardize_series, dtype=dtype,
-            )
-        self.kernel_stem = (
-            RandomKernelStem(**random_kernel_stem, dtype=dtype, name="random_kernel_stem")
-            if random_kernel_stem is not None else None
-        )
-        self.level_features = (
-            SeriesLevelFeatures(hidden_dim, dtype=dtype, name="series_level_features")
-            if series_level_features else None
-        )
+            self.stem = PatchStem(num_features, hidden_dim, max_sequence_length, positions,
+                                  standardize_series, series_level_features,
+                                  patch_length=patch_length, patch_stride=patch_stride,
+                                  dtype=dtype)
         self.ngram_convolution = (
             NGramConvolution(ngram_widths, dropout=dropout, layer_norm_epsilon=layer_norm_epsilon,
                              dtype=dtype, name="ngram_convolution")
@@ -316,10 +273,7 @@ class TransformerClassifier(PooledClassifier):
         self.vocabulary_size = vocabulary_size  # token or numeric input (_pooled_features)
         self.char_ngram_buckets = int(char_ngram_buckets)
         self.char_ngrams_per_word = int(char_ngrams_per_word)
-        if vocabulary_size is not None:
-            inputs = token_input(char_ngram_buckets, self.char_ngrams_per_word)
-        else:
-            inputs = keras.Input((None, num_features), dtype="float32", name="features")
+        inputs = self.stem.symbolic_input()
         outputs = self._head(self._pooled_features(inputs))  # (B, num_classes)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
         self.mixup_alpha = float(mixup_alpha)
@@ -351,67 +305,25 @@ class TransformerClassifier(PooledClassifier):
     def adapt_stem(self, series):
         """Sets the `RandomKernelStem`'s biases from training series `(N, T, F)`,
         standardised first as the model's input is."""
-        if self.kernel_stem is None:
+        if not isinstance(self.stem, RandomKernelSeriesStem):
             raise ValueError("`adapt_stem` needs a model built with `random_kernel_stem`.")
-        series = keras.ops.convert_to_tensor(series, "float32")
-        lengths = series_lengths(series)
-        series = self.series_norm(series) if self.series_norm is not None else fill_missing(series)
-        self.kernel_stem.adapt(keras.ops.convert_to_numpy(series),
-                               lengths=keras.ops.convert_to_numpy(lengths))
+        self.stem.adapt_kernels(series)
 
     def adapt_level_features(self, series, batch_size=256):
         """Sets the `SeriesLevelFeatures`' standardization from the statistics
         of training series `(N, T, F)` (NaN-padded)."""
-        if self.level_features is None:
+        if getattr(self.stem, "level_features", None) is None:
             raise ValueError("`adapt_level_features` needs a model built with "
                              "`series_level_features=True`.")
-        series = keras.ops.convert_to_tensor(series, "float32")
-        statistics = [
-            keras.ops.convert_to_numpy(self.series_norm.standardize(series[i:i + batch_size])[1])
-            for i in range(0, int(series.shape[0]), batch_size)
-        ]
-        self.level_features.adapt(np.concatenate(statistics))
+        self.stem.adapt_level_features(series, batch_size)
 
     def token_features(self, token_ids):
-        """Token input -> `(x, mask)`, the model's first layers
-        (`pooled_classifier.embed_tokens`)."""
-        return embed_tokens(self.embedding, self.char_ngram_embedding, token_ids)
-
-    def series_features(self, features):
-        """NaN-padded series `(B, T, F)` -> `(x, mask)`: the tokens `(B, T', d)`
-        with their positions, and `(B, T')` True at the tokens of each
-        series' own steps (`keras_transformer.layers.series_masking`); with
-        `series_level_features`, the series' level and scale added to every
-        token."""
-        lengths = series_lengths(features)  # (B,): padding is all-NaN steps at the end
-        statistics = None
-        if self.level_features is not None:
-            # (B, T, F) and (B, 1, 2F): the series' mean and log std, from the same moments
-            x, statistics = self.series_norm.standardize(features)
-        elif self.series_norm is not None:
-            x = self.series_norm(features)  # (B, T, F): mean 0, std 1 over T, NaN -> 0
-        else:
-            x = fill_missing(features)  # missing -> the feature's mean, padding -> 0
-        if self.patches is not None:
-            x = self.patches(x)  # (B, T', p*F)
-            mask = self.patches.token_mask(lengths, x)
-        elif self.kernel_stem is not None:
-            mask = self.kernel_stem.token_mask(x, lengths)  # (B, W)
-            x = self.kernel_stem(x, lengths=lengths)  # (B, W, MiniRocket features): a token a window
-        else:
-            mask = step_mask(lengths, x)
-        x = self.feature_projection(x)  # (B, T', d): T' tokens
-        x = x + self.position_encoding(x)
-        if statistics is not None:
-            x = x + self.level_features(statistics)  # (B, 1, d): the same for every token
-        return x, mask
+        """Token input -> `(x, mask)`, the model's first layers (its `TokenStem`)."""
+        return self.stem(token_ids)
 
     def _pooled_features(self, inputs):
         """The layers up to the pooling: `(B, T)` ids or `(B, T, F)` values -> `(B, d)`."""
-        if self.vocabulary_size is not None:
-            x, mask = self.token_features(inputs)
-        else:
-            x, mask = self.series_features(inputs)
+        x, mask = self.stem(inputs)
         if self.ngram_convolution is not None:
             x = self.ngram_convolution(x, mask=mask)
         x = self.embedding_dropout(x)
