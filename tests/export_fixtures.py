@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from export.saved_model import export_saved_model
+from keras_transformer.layers import TokenStem
 from keras_transformer.models import (
     END_ID,
     START_ID,
@@ -107,9 +108,10 @@ def tiny_classifier(steps=30):
     tokenizer = tiny_tokenizer()
     keras.utils.set_random_seed(0)
     model = TransformerClassifier(
-        num_classes=len(LABEL_NAMES), vocabulary_size=tokenizer.vocabulary_size,
-        num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-        max_sequence_length=MAX_SEQUENCE_LENGTH, dropout=0.0,
+        TokenStem(tokenizer.vocabulary_size, hidden_dim=16,
+                  max_sequence_length=MAX_SEQUENCE_LENGTH),
+        num_classes=len(LABEL_NAMES), num_layers=1, num_heads=2, intermediate_dim=32,
+        dropout=0.0,
     )  # fmt: skip
     ids = (
         tf.ragged.constant(_token_rows(tokenizer), dtype=tf.int32).to_tensor(0).numpy()

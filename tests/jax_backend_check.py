@@ -36,7 +36,7 @@ from keras import ops  # noqa: E402
 
 import keras_transformer.layers.multi_head_attention as mha  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from keras_transformer.layers import MultiHeadAttention  # noqa: E402
+from keras_transformer.layers import MultiHeadAttention, PatchStem, TokenStem  # noqa: E402
 from keras_transformer.models import (  # noqa: E402
     START_ID,
     ClassifierEnsemble,
@@ -164,9 +164,9 @@ figures["threefry_dropout_kept"] = kept
 
 # The text presets' classifier: n-gram convolutions, one block, max pooling.
 classifier = TransformerClassifier(
-    num_classes=2, vocabulary_size=12, num_layers=1, hidden_dim=8, num_heads=2,
-    intermediate_dim=16, dropout=0.0, max_sequence_length=16, ngram_widths=(2, 3),
-    pooling="max",
+    TokenStem(12, hidden_dim=8, max_sequence_length=16),
+    num_classes=2, num_layers=1, num_heads=2, intermediate_dim=16, dropout=0.0,
+    ngram_widths=(2, 3), pooling="max",
 )
 tokens = np.zeros((16, 6), "int32")
 labels = rng.integers(0, 2, size=16)
@@ -187,9 +187,9 @@ figures["ngram_classifier_loss_first_last"] = [history[0], history[-1]]
 # under jax.jit each series padded in a batch of others gives its own output,
 # and a batch with padding and a missing value trains to finite weights.
 series_model = TransformerClassifier(
-    num_classes=2, num_features=2, num_layers=1, hidden_dim=8, num_heads=2,
-    intermediate_dim=16, dropout=0.0, max_sequence_length=32, patch_length=4,
-    patch_stride=2, standardize_series=True,
+    PatchStem(2, hidden_dim=8, max_sequence_length=32, patch_length=4, patch_stride=2,
+              standardize_series=True),
+    num_classes=2, num_layers=1, num_heads=2, intermediate_dim=16, dropout=0.0,
 )
 series_rows = [rng.normal(size=(n, 2)).astype("float32") for n in (7, 13, 10)]
 series_rows[0][2, 1] = np.nan

@@ -11,11 +11,8 @@ import tensorflow as tf
 from export.saved_model import export_saved_model
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
-from keras_transformer.models import (
-    ClassifierEnsemble,
-    TextCNNClassifier,
-    TransformerClassifier,
-)
+from keras_transformer.layers import PatchStem
+from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier
 from training.config import TrainingConfig, load_config
 from training.runs.run_dir import load_run
 from training.serving.signatures import fill_empty_rows_numpy, replace_invalid_ids
@@ -144,9 +141,9 @@ def test_bad_model_arguments_are_named(kwargs, message):
     buckets = kwargs.pop("char_ngram_buckets", BUCKETS)
     with pytest.raises(ValueError, match=message):
         _classifier(buckets=buckets, **kwargs)
-    with pytest.raises(ValueError, match="char_ngram_buckets=1000 with num_features=1"):
-        TransformerClassifier(num_classes=3, num_features=1, num_layers=1, hidden_dim=8,
-                              num_heads=2, intermediate_dim=16, char_ngram_buckets=BUCKETS)
+    # Character n-grams belong to the token stem: a series stem refuses them.
+    with pytest.raises(ValueError, match=r"PatchStem: \{'char_ngram_buckets': 1000\}"):
+        PatchStem(1, hidden_dim=8, char_ngram_buckets=BUCKETS)
 
 
 def test_an_ensemble_s_members_must_read_the_same_packed_ids():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.layers import PatchStem
 from keras_transformer.models import (
     ClassifierEnsemble,
     TransformerClassifier,
@@ -12,11 +13,10 @@ from keras_transformer.models import (
 )
 
 
-def _member(num_classes=3, name=None, **sizes):
-    sizes = {"num_layers": 1, "hidden_dim": 8, "num_heads": 2, "intermediate_dim": 16,
-             "dropout": 0.0, "max_sequence_length": 8, **sizes}
-    return TransformerClassifier(num_classes=num_classes, num_features=1, patch_length=2,
-                                 name=name, **sizes)
+def _member(num_classes=3, name=None, max_sequence_length=8, **sizes):
+    sizes = {"num_layers": 1, "num_heads": 2, "intermediate_dim": 16, "dropout": 0.0, **sizes}
+    stem = PatchStem(1, hidden_dim=8, max_sequence_length=max_sequence_length, patch_length=2)
+    return TransformerClassifier(stem, num_classes, name=name, **sizes)
 
 
 def _ensemble(num_classes=3, size=2):
@@ -143,6 +143,9 @@ def test_bad_members_are_named():
         ClassifierEnsemble([_member(), _member(max_sequence_length=16)])
     with pytest.raises(ValueError, match="classifiers with `num_classes`"):
         ClassifierEnsemble([_member(), keras.layers.Dense(3)])
+    shared = TransformerClassifier(one.stem, 3, num_layers=1, num_heads=2, intermediate_dim=16)
+    with pytest.raises(ValueError, match="a stem of its own"):
+        ClassifierEnsemble([one, shared])
 
 
 def test_excluded_members_leave_the_answer_and_saving_keeps_them(tmp_path):

@@ -34,6 +34,7 @@ from export.ctranslate2 import (  # noqa: E402
     verify_ctranslate2,
 )
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
+from keras_transformer.layers import TokenStem  # noqa: E402
 from keras_transformer.models import Transformer, TransformerClassifier  # noqa: E402
 from keras_transformer.models.transformer_config import RESERVED_TOKENS  # noqa: E402
 from training.cli import commands  # noqa: E402
@@ -217,9 +218,9 @@ def test_unrepresentable_models_are_refused(overrides, feature, synthetic_tokeni
 
 
 def test_classifier_and_unknown_quantization_are_refused(synthetic_tokenizer, tmp_path):
-    classifier = TransformerClassifier(num_classes=2, vocabulary_size=len(VOCABULARY),
-                                       num_layers=1, hidden_dim=16, num_heads=2,
-                                       intermediate_dim=16, max_sequence_length=8)
+    classifier = TransformerClassifier(
+        TokenStem(len(VOCABULARY), hidden_dim=16, max_sequence_length=8),
+        num_classes=2, num_layers=1, num_heads=2, intermediate_dim=16)
     with pytest.raises(ValueError, match="encoder-decoder Transformer"):
         export_ctranslate2(classifier, synthetic_tokenizer, tmp_path / "model")
     with pytest.raises(ValueError, match="quantization must be one of"):

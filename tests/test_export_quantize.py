@@ -9,6 +9,7 @@ from export_fixtures import LABEL_NAMES, SENTENCES, tiny_tokenizer, tiny_transla
 from export.quantize import int8_tables, read_export_asset
 from export.saved_model import export_saved_model
 from export.verify import reference_outputs, verify_saved_model
+from keras_transformer.layers import CharNGramTokenStem
 from keras_transformer.models import TransformerClassifier
 from training.tasks import get_task
 from training.text.tokenizers import CharNGramTokenizer
@@ -29,9 +30,9 @@ def ngram_classifier():
     """(model, task): a classifier whose n-gram table is most of its weights."""
     tokenizer = CharNGramTokenizer(tiny_tokenizer(), BUCKETS)
     model = TransformerClassifier(
-        num_classes=len(LABEL_NAMES), vocabulary_size=tokenizer.vocabulary_size,
-        char_ngram_buckets=BUCKETS, num_layers=1, hidden_dim=32, num_heads=2,
-        intermediate_dim=32, max_sequence_length=16,
+        CharNGramTokenStem(tokenizer.vocabulary_size, hidden_dim=32, max_sequence_length=16,
+                           char_ngram_buckets=BUCKETS),
+        num_classes=len(LABEL_NAMES), num_layers=1, num_heads=2, intermediate_dim=32,
     )  # fmt: skip
     task = get_task("classification", tokenizer=tokenizer, label_names=list(LABEL_NAMES))
     model(tokenizer.tokenize(SENTENCES[:2]).to_tensor())

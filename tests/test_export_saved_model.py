@@ -32,6 +32,7 @@ from export.saved_model_cli import input_exprs, parse_output, parse_printed_arra
 from export.tflite import export_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
 from training.tasks import get_task
 from training.tasks.common import PROBES
@@ -177,8 +178,8 @@ def test_token_classifier_export(tokenizer):
 @pytest.fixture
 def numeric_classifier():
     return TransformerClassifier(
-        num_classes=1, num_features=2, num_layers=1, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, max_sequence_length=12,
+        PatchStem(2, hidden_dim=8, max_sequence_length=12),
+        num_classes=1, num_layers=1, num_heads=2, intermediate_dim=16,
     )  # fmt: skip
 
 

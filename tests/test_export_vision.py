@@ -22,6 +22,7 @@ from export.saved_model import build_serving_module, export_saved_model
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
+from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier, VisionTransformer
 from training.tasks import get_task
 
@@ -168,8 +169,8 @@ def test_exporting_over_an_existing_directory_keeps_the_old_export(vit, tmp_path
 
 def test_task_and_model_must_match(vit, tmp_path):
     classifier = TransformerClassifier(
-        num_classes=3, num_features=2, num_layers=1, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, max_sequence_length=4,
+        PatchStem(2, hidden_dim=8, max_sequence_length=4),
+        num_classes=3, num_layers=1, num_heads=2, intermediate_dim=16,
     )  # fmt: skip
     with pytest.raises(
         ValueError, match="task='classification' needs a TransformerClassifier"

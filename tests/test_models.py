@@ -1,5 +1,8 @@
 """The models: serialisation, presets, argument checks, learned positions, training."""
 
+import json
+import zipfile
+
 import keras
 import numpy as np
 import pytest
@@ -9,8 +12,10 @@ from keras import ops
 from keras_transformer.layers import (
     FeedForward,
     MultiHeadAttention,
+    PatchStem,
     PositionEmbedding,
     TokenAndPositionEmbedding,
+    TokenStem,
     TransformerEncoderBlock,
 )
 from keras_transformer.layers.sinusoidal_position_encoding import sinusoids
@@ -32,11 +37,16 @@ SEQ2SEQ = dict(
 CLASSIFIER = dict(
     num_classes=3,
     num_layers=1,
-    hidden_dim=8,
     num_heads=2,
     intermediate_dim=16,
-    max_sequence_length=16,
 )
+#: The classifiers' stem sizes: d_model 8, 16 positions.
+STEM = dict(hidden_dim=8, max_sequence_length=16)
+
+
+def _tokens(vocabulary_size=20, **classifier):
+    """A `TransformerClassifier` on a `TokenStem`."""
+    return TransformerClassifier(TokenStem(vocabulary_size, **STEM), **classifier)
 SOURCE = np.array([[5, 6, 7, 0, 0], [4, 9, 11, 12, 3]], "int32")
 TARGET = np.array([[2, 5, 6, 0], [2, 7, 8, 9]], "int32")
 FEATURES = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
@@ -49,12 +59,11 @@ def _build(kind):
             "decoder_token_ids": TARGET,
         }
     if kind == "classifier_tokens":
-        return TransformerClassifier(vocabulary_size=20, **CLASSIFIER), SOURCE
+        return _tokens(**CLASSIFIER), SOURCE
     if kind == "classifier_ngrams":
-        return TransformerClassifier(  # n-gram convolutions before the encoder
-            vocabulary_size=20, ngram_widths=(2, 3), pooling="max", **CLASSIFIER
-        ), SOURCE
-    return TransformerClassifier(num_features=3, **CLASSIFIER), FEATURES
+        # n-gram convolutions before the encoder
+        return _tokens(ngram_widths=(2, 3), pooling="max", **CLASSIFIER), SOURCE
+    return TransformerClassifier(PatchStem(3, **STEM), **CLASSIFIER), FEATURES
 
 
 KINDS = ["transformer", "classifier_tokens", "classifier_ngrams", "classifier_features"]
@@ -141,33 +150,23 @@ def test_unknown_preset_names_it():
         ),
         (lambda: Transformer(**{**SEQ2SEQ, "dropout": 1.5}), r"dropout=1\.5"),
         (
-            lambda: TransformerClassifier(
-                vocabulary_size=20, **{**CLASSIFIER, "num_heads": 3}
-            ),
+            lambda: _tokens(**{**CLASSIFIER, "num_heads": 3}),
             r"hidden_dim=8, num_heads=3",
         ),
         (
-            lambda: TransformerClassifier(
-                vocabulary_size=20, **{**CLASSIFIER, "dropout": 1.5}
-            ),
+            lambda: _tokens(**{**CLASSIFIER, "dropout": 1.5}),
             r"dropout=1\.5",
         ),
         (
-            lambda: TransformerClassifier(
-                vocabulary_size=20, pooling="sum", **CLASSIFIER
-            ),
+            lambda: _tokens(pooling="sum", **CLASSIFIER),
             r"pooling='sum'",
         ),
         (
-            lambda: TransformerClassifier(
-                vocabulary_size=20, ngram_widths=(3, 0), **CLASSIFIER
-            ),
+            lambda: _tokens(ngram_widths=(3, 0), **CLASSIFIER),
             r"widths=0",
         ),
         (
-            lambda: TransformerClassifier(
-                vocabulary_size=20, **{**CLASSIFIER, "num_layers": -1}
-            ),
+            lambda: _tokens(**{**CLASSIFIER, "num_layers": -1}),
             r"num_layers=-1",
         ),
         (lambda: MultiHeadAttention(num_heads=0), r"num_heads=0"),
@@ -274,14 +273,12 @@ def test_classifier_learns_a_separable_toy_task():
     for i, (label, length) in enumerate(zip(labels, lengths, strict=True)):
         tokens[i, :length] = 5 + label
     model = TransformerClassifier(
+        TokenStem(vocabulary_size=10, hidden_dim=8, max_sequence_length=8),
         num_classes=2,
-        vocabulary_size=10,
         num_layers=1,
-        hidden_dim=8,
         num_heads=2,
         intermediate_dim=16,
         dropout=0.0,
-        max_sequence_length=8,
     )
     model.compile(
         optimizer=keras.optimizers.Adam(1e-2),
@@ -306,16 +303,14 @@ def test_text_cnn_pools_the_bare_ngram_features():
     mask = SOURCE != 0
     embedded = ops.convert_to_numpy(model.embedding(SOURCE)) * mask[..., None]
     features = ops.concatenate([conv(embedded) for conv in model.ngram_convolution.convolutions], -1)
-    assert features.shape[-1] == 2 * CLASSIFIER["hidden_dim"]
+    assert features.shape[-1] == 2 * STEM["hidden_dim"]
     pooled = np.where(mask[..., None], ops.convert_to_numpy(features), -np.inf).max(axis=1)
     expected = model.head_output(model.head_hidden(pooled))
     np.testing.assert_allclose(model(SOURCE), expected, atol=1e-5)
-    with_block = TransformerClassifier(
-        vocabulary_size=20, ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 1}
-    )
+    with_block = _tokens(ngram_widths=(3, 4), pooling="max", **{**CLASSIFIER, "num_layers": 1})
     assert with_block.ngram_convolution.residual
     with pytest.raises(ValueError, match=r"num_layers=0\. .*TextCNNClassifier"):
-        TransformerClassifier(vocabulary_size=20, **{**CLASSIFIER, "num_layers": 0})
+        _tokens(**{**CLASSIFIER, "num_layers": 0})
 
 
 # The text presets' model (n-gram widths 3-5, max pooling, mixup, hashed
@@ -382,3 +377,41 @@ def test_text_cnn_round_trips_through_its_config_and_a_saved_file(tmp_path):
     restored = keras.saving.load_model(path)
     assert isinstance(restored, TextCNNClassifier)
     np.testing.assert_allclose(restored(TEXT_CNN_INPUT), model(TEXT_CNN_INPUT), atol=1e-6)
+
+
+def test_classifier_takes_a_stem_and_answers_with_its_sizes():
+    """The stem is one layer of the model, its sizes are the model's, and
+    the classifier's own arguments are the encoder's and the head's."""
+    stem = TokenStem(20, hidden_dim=8, max_sequence_length=16, positions="learned")
+    model = TransformerClassifier(stem, **CLASSIFIER)
+    assert model.get_layer("stem") is stem
+    assert (model.vocabulary_size, model.num_features, model.max_sequence_length,
+            model.hidden_dim, model.positions, model.input_name) == (
+        20, None, 16, 8, "learned", "token_ids")
+    assert model.head_hidden.kernel.shape == (8, 8)
+    with pytest.raises(ValueError, match=r"`stem` must be an input stem layer.*stem=20"):
+        TransformerClassifier(20, **CLASSIFIER)
+
+
+def test_a_classifier_saved_in_the_layout_before_stems_is_refused_saying_what_to_do(
+        tmp_path):
+    """A config of the old layout (input by `vocabulary_size`, no `stem`) is
+    refused, directly and from a `.keras` file, naming the way out."""
+    old = {"name": "transformer_classifier", "trainable": True, "dtype": "float32",
+           "num_classes": 3, "vocabulary_size": 20, "num_features": None, "num_layers": 1,
+           "hidden_dim": 8, "num_heads": 2, "intermediate_dim": 16}
+    with pytest.raises(ValueError, match=r"no `stem`.*Retrain the model, or load it with"):
+        TransformerClassifier.from_config(old)
+    model = _tokens(**CLASSIFIER)
+    path = tmp_path / "old.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(files["config.json"])
+    config["config"] = old
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    with pytest.raises(Exception, match=r"Retrain the model"):
+        keras.saving.load_model(path)

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer.layers import RandomKernelSeriesStem
 from keras_transformer.layers.random_kernel_stem import (
     TAPS,
     RandomKernelStem,
@@ -107,16 +108,15 @@ def test_biases_from_data_are_deterministic_for_a_seed():
 
 def test_serialisation_round_trip_keeps_the_adapted_weights(tmp_path):
     x = _series(f=2)
-    model = TransformerClassifier(
-        num_classes=3, num_features=2, num_layers=1, hidden_dim=16, num_heads=2,
-        intermediate_dim=32, standardize_series=True,
-        random_kernel_stem={"series_length": 64, "num_windows": 4,
-                            "num_kernel_features": 200, "seed": 5})
-    model.adapt_stem(x)
+    stem = RandomKernelSeriesStem(2, 16, standardize_series=True, series_length=64,
+                                  num_windows=4, num_kernel_features=200, seed=5)
+    model = TransformerClassifier(stem, num_classes=3, num_layers=1, num_heads=2,
+                                  intermediate_dim=32)
+    model.stem.adapt_kernels(x)
     path = tmp_path / "model.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
-    assert loaded.get_config()["random_kernel_stem"]["num_windows"] == 4
+    assert loaded.get_config()["stem"]["config"]["num_windows"] == 4
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded.stem.kernel_stem.biases),
                                   keras.ops.convert_to_numpy(model.stem.kernel_stem.biases))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)),
@@ -130,9 +130,8 @@ def test_bad_arguments_raise_naming_them():
         RandomKernelStem(64, num_windows=0)
     with pytest.raises(ValueError, match="seed='1'"):
         RandomKernelStem(64, seed="1")
-    with pytest.raises(ValueError, match="random_kernel_stem applies|`random_kernel_stem`"):
-        TransformerClassifier(num_classes=2, num_features=1, patch_length=4,
-                              random_kernel_stem={"series_length": 64})
+    with pytest.raises(ValueError, match=r"RandomKernelSeriesStem: \{'patch_length': 4\}"):
+        RandomKernelSeriesStem(1, 16, series_length=64, patch_length=4)
     with pytest.raises(ValueError, match="patch_length=8"):
         load_config("series_classification", ['train_files=["x.txt"]', "patch_length=8"])
     with pytest.raises(ValueError, match="series_stem='kernels'"):
@@ -219,7 +218,7 @@ def test_the_preset_with_level_features_adapts_them_to_the_training_series():
         np.testing.assert_allclose(
             keras.ops.convert_to_numpy(member.stem.level_features.statistic_mean),
             mean.mean(axis=0), rtol=1e-4, atol=1e-5)
-        assert member.get_config()["series_level_features"] is True
+        assert member.get_config()["stem"]["config"]["series_level_features"] is True
     with pytest.raises(ValueError, match="series_level_features=true, standardize_series=false"):
         load_config("series_classification", ['train_files=["x.txt"]',
                                               "series_level_features=true",

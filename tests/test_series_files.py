@@ -266,6 +266,7 @@ def test_multivariate_classifier_exports_equal_keras(tmp_path):
     from export.tflite import export_tflite
     from export.tflite_verify import verify_tflite
     from export.verify import compare_outputs, reference_outputs
+    from keras_transformer.layers import PatchStem
     from keras_transformer.models import TransformerClassifier
 
     path = _equal_ts(tmp_path, "x.ts", [(i, "walk" if i % 3 else "run") for i in range(5)])
@@ -273,9 +274,9 @@ def test_multivariate_classifier_exports_equal_keras(tmp_path):
     series = np.concatenate([series, series[:, ::-1]], axis=1) * 2.0  # (5, 10, 3)
     names = label_values.tolist()
     model = TransformerClassifier(
-        num_classes=len(names), num_features=3, num_layers=1, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, max_sequence_length=10, patch_length=4, patch_stride=2,
-        standardize_series=True,
+        PatchStem(3, hidden_dim=8, max_sequence_length=10, patch_length=4, patch_stride=2,
+                  standardize_series=True),
+        num_classes=len(names), num_layers=1, num_heads=2, intermediate_dim=16,
     )
     task = get_task("timeseries", label_names=names)
     target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)

@@ -12,6 +12,8 @@ from harness import run_layer_test
 from keras import ops
 
 from keras_transformer.layers import (
+    PatchStem,
+    RandomKernelSeriesStem,
     SeriesLevelFeatures,
     SeriesPatches,
     SeriesStandardization,
@@ -139,24 +141,24 @@ def test_level_features_give_back_the_level_and_scale_standardization_removes():
     """Standardized alone, a series and the same series shifted and scaled give
     one output; with `series_level_features`, two outputs; the option stays
     in the config, and it needs `standardize_series`."""
-    options = dict(CLASSIFIER, patch_length=4, standardize_series=True)
+    options = dict(patch_length=4, standardize_series=True)
     row = _series(12, 3, 0)[None]
     moved = row * 3.0 + 2.0
-    plain = TransformerClassifier(**options)
+    plain = _classifier(_stem(**options))
     np.testing.assert_allclose(ops.convert_to_numpy(plain(row, training=False)),
                                ops.convert_to_numpy(plain(moved, training=False)), atol=1e-4)
-    model = TransformerClassifier(**options, series_level_features=True)
-    model.adapt_level_features(np.concatenate([row, moved, _series(12, 3, 1)[None]]))
+    model = _classifier(_stem(**options, series_level_features=True))
+    model.stem.adapt_level_features(np.concatenate([row, moved, _series(12, 3, 1)[None]]))
     got = ops.convert_to_numpy(model(np.concatenate([row, moved]), training=False))
     assert np.abs(got[0] - got[1]).max() > 1e-3
     config = model.get_config()
-    assert config["series_level_features"] is True
+    assert config["stem"]["config"]["series_level_features"] is True
     rebuilt = TransformerClassifier.from_config(config)
     assert rebuilt.stem.level_features is not None and plain.stem.level_features is None
     with pytest.raises(ValueError, match="series_level_features=True, standardize_series=False"):
-        TransformerClassifier(**CLASSIFIER, patch_length=4, series_level_features=True)
+        _stem(patch_length=4, series_level_features=True)
     with pytest.raises(ValueError, match="adapt_level_features"):
-        plain.adapt_level_features(row)
+        plain.stem.adapt_level_features(row)
 
 
 @pytest.mark.parametrize("p, s", [(4, None), (4, 2), (3, 1), (5, 5)])
@@ -180,42 +182,53 @@ def _adapt_batch(lengths, length):
     return _pad([_series(n, 3, 100 + seed) for seed, n in enumerate(lengths)], length=length)
 
 
-CLASSIFIER = dict(
-    num_classes=3, num_features=3, num_layers=2, hidden_dim=16, num_heads=2,
-    intermediate_dim=32, dropout=0.0, max_sequence_length=64,
-)
+CLASSIFIER = dict(num_classes=3, num_layers=2, num_heads=2, intermediate_dim=32, dropout=0.0)
+
+
+def _stem(num_features=3, hidden_dim=16, max_sequence_length=64, random_kernel_stem=None,
+          **options):
+    """A `RandomKernelSeriesStem` of `random_kernel_stem`'s options, else a `PatchStem`."""
+    if random_kernel_stem is not None:
+        return RandomKernelSeriesStem(num_features, hidden_dim, max_sequence_length,
+                                      **options, **random_kernel_stem)
+    return PatchStem(num_features, hidden_dim, max_sequence_length, **options)
+
+
+def _classifier(stem=None, **options):
+    """The classifier of `CLASSIFIER` with `options` on `stem` (`_stem()`: steps)."""
+    return TransformerClassifier(stem or _stem(), **{**CLASSIFIER, **options})
 
 
 @pytest.mark.parametrize(
-    "options",
+    "options, model_options",
     [
-        dict(patch_length=4, patch_stride=2, standardize_series=True),
-        dict(patch_length=4, standardize_series=True, pooling="max"),
-        dict(patch_length=1, positions="learned"),
-        dict(patch_length=3, patch_stride=2, normalize_first=True, ngram_widths=(3,)),
-        dict(standardize_series=True, random_kernel_stem=dict(
-            series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)),
-        dict(random_kernel_stem=dict(series_length=24, num_windows=3, num_kernel_features=168,
-                                     max_dilations=1, max_positions=8)),
-        dict(standardize_series=True, series_level_features=True, random_kernel_stem=dict(
-            series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)),
+        (dict(patch_length=4, patch_stride=2, standardize_series=True), {}),
+        (dict(patch_length=4, standardize_series=True), dict(pooling="max")),
+        (dict(patch_length=1, positions="learned"), {}),
+        (dict(patch_length=3, patch_stride=2), dict(normalize_first=True, ngram_widths=(3,))),
+        (dict(standardize_series=True, random_kernel_stem=dict(
+            series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)), {}),
+        (dict(random_kernel_stem=dict(series_length=24, num_windows=3, num_kernel_features=168,
+                                      max_dilations=1, max_positions=8)), {}),
+        (dict(standardize_series=True, series_level_features=True, random_kernel_stem=dict(
+            series_length=24, num_windows=4, num_kernel_features=336, max_dilations=2)), {}),
     ],
     ids=["overlap_standardized", "patches_max", "steps_learned", "prenorm_ngrams",
          "kernel_stem", "kernel_stem_strided", "kernel_stem_level_features"],
 )
-def test_a_padded_series_gives_its_own_output(options):
+def test_a_padded_series_gives_its_own_output(options, model_options):
     """Each series alone at its own length == the same series NaN-padded in a
     batch of longer and shorter ones, with a missing value inside."""
-    model = TransformerClassifier(**CLASSIFIER, **options)
+    model = _classifier(_stem(**options), **model_options)
     rows = [_series(n, 3, seed) for seed, n in enumerate((9, 21, 14, 1, 17))]
     rows[0][3, 1] = NAN  # a missing value
     rows[2][5] = NAN  # a missing step
     batch = _pad(rows, length=24)
     if "random_kernel_stem" in options:  # biases from other padded series' own steps
-        model.adapt_stem(_adapt_batch((9, 21, 14, 1, 17), length=24))
+        model.stem.adapt_kernels(_adapt_batch((9, 21, 14, 1, 17), length=24))
         assert np.any(ops.convert_to_numpy(model.stem.kernel_stem.biases) != 0)
     if options.get("series_level_features"):  # their standardization, from the same series
-        model.adapt_level_features(batch * 2.0 + 1.0)
+        model.stem.adapt_level_features(batch * 2.0 + 1.0)
         assert np.all(ops.convert_to_numpy(model.stem.level_features.statistic_mean) != 0)
     padded = ops.convert_to_numpy(model(batch, training=False))
     assert np.isfinite(padded).all()
@@ -227,7 +240,7 @@ def test_a_padded_series_gives_its_own_output(options):
 def test_padding_changes_nothing_and_other_values_do():
     """The mask is no constant: a known value past the shorter series' end
     (not padding then) changes its output."""
-    model = TransformerClassifier(**CLASSIFIER, patch_length=4, standardize_series=True)
+    model = _classifier(_stem(patch_length=4, standardize_series=True))
     row = _series(10, 3, 0)
     alone = ops.convert_to_numpy(model(row[None], training=False))
     longer = _pad([row], length=16)
@@ -238,7 +251,7 @@ def test_padding_changes_nothing_and_other_values_do():
 
 def test_a_missing_value_is_filled_by_its_feature_mean():
     """Without standardization, NaN reads as the series' mean of that feature."""
-    model = TransformerClassifier(**CLASSIFIER, patch_length=2)
+    model = _classifier(_stem(patch_length=2))
     row = _series(8, 3, 0)
     missing = row.copy()
     missing[3, 2] = NAN
@@ -252,7 +265,7 @@ def test_a_missing_value_is_filled_by_its_feature_mean():
 
 def test_padded_batches_train_to_finite_weights():
     """NaN input gives no NaN gradient (the fill happens before any weight)."""
-    model = TransformerClassifier(**CLASSIFIER, patch_length=4, standardize_series=True)
+    model = _classifier(_stem(patch_length=4, standardize_series=True))
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(
         from_logits=True))
     rows = [_series(n, 3, seed) for seed, n in enumerate((9, 21, 14, 5))]
@@ -297,25 +310,27 @@ def _exported_classifier(stem="patches"):
     missing values (`rows`, each its own length)."""
     from keras_transformer.models import ClassifierEnsemble
     from training.tasks import get_task
-    from training.tasks.classifiers import member_inputs
 
     members = []
     rows = [_series(n, 3, seed) * (seed + 1) for seed, n in enumerate((16, 9, 12, 3))]
     rows[1][4, 2] = NAN  # a missing value
     rows[2][6] = NAN  # a missing step
     for index in range(ENSEMBLES.get(stem, 1)):
+        options = dict(STEMS[stem])
+        if "random_kernel_stem" in options:  # each member draws its own kernels
+            options["random_kernel_stem"] = {**options["random_kernel_stem"],
+                                             "seed": 1000 * index}
         member = TransformerClassifier(
-            num_classes=3, num_features=3, num_layers=1, hidden_dim=8, num_heads=2,
-            intermediate_dim=16, dropout=0.0, max_sequence_length=16, standardize_series=True,
-            **member_inputs(STEMS[stem], index),
+            _stem(3, hidden_dim=8, max_sequence_length=16, standardize_series=True, **options),
+            num_classes=3, num_layers=1, num_heads=2, intermediate_dim=16, dropout=0.0,
         )
         if "random_kernel_stem" in STEMS[stem]:
             # No series under 7 steps to adapt on: a kernel's six -1 taps can
             # cover all of one, whose output is then its standardised sum, 0
             # up to rounding, a bias that ties with the 3-step series compared.
-            member.adapt_stem(_adapt_batch((16, 9, 12, 7), length=16))
+            member.stem.adapt_kernels(_adapt_batch((16, 9, 12, 7), length=16))
         if STEMS[stem].get("series_level_features"):
-            member.adapt_level_features(_pad(rows))
+            member.stem.adapt_level_features(_pad(rows))
         members.append(member)
     model = members[0] if len(members) == 1 else ClassifierEnsemble(members)
     return model, get_task("timeseries", label_names=["a", "b", "c"]), rows

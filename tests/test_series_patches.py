@@ -8,18 +8,22 @@ import tensorflow as tf
 from harness import assert_trees_equal, check_saved_model_round_trip, run_layer_test
 from keras import ops
 
-from keras_transformer.layers import SeriesPatches
+from keras_transformer.layers import PatchStem, SeriesPatches, TokenStem
 from keras_transformer.models import TransformerClassifier
 from training.config import TrainingConfig
 
 CLASSIFIER = dict(
     num_classes=2,
     num_layers=1,
-    hidden_dim=8,
     num_heads=2,
     intermediate_dim=16,
     dropout=0.0,
 )
+
+
+def _patched(num_features, **stem):
+    """A `TransformerClassifier` (d_model 8) on a `PatchStem` of `stem`'s options."""
+    return TransformerClassifier(PatchStem(num_features, hidden_dim=8, **stem), **CLASSIFIER)
 
 
 def _series(batch, length, features, seed=0):
@@ -83,11 +87,11 @@ def test_layer_traced_with_unknown_length_pads_each_call():
 
 
 def test_patched_classifier_round_trips_through_config_and_keras_file(tmp_path):
-    model = TransformerClassifier(num_features=2, patch_length=4, **CLASSIFIER)
+    model = _patched(2, patch_length=4)
     x = _series(2, 7, 2)
     assert model.input_shape == (None, None, 2)  # the time axis stays variable
     config = model.get_config()
-    assert config["patch_length"] == 4
+    assert config["stem"]["config"]["patch_length"] == 4
     clone = TransformerClassifier.from_config(config)
     assert clone.get_config() == config
     clone.set_weights(model.get_weights())
@@ -100,7 +104,7 @@ def test_patched_classifier_round_trips_through_config_and_keras_file(tmp_path):
 def test_every_value_of_a_patch_reaches_the_logits():
     """Permuting the steps inside one patch, or changing the padded last patch,
     changes the logits: the projection sees all p*F values of a token."""
-    model = TransformerClassifier(num_features=1, patch_length=4, **CLASSIFIER)
+    model = _patched(1, patch_length=4)
     x = _series(2, 7, 1)  # patches: steps 0-3 and 4-6 plus one padded zero
     logits = ops.convert_to_numpy(model(x))
     permuted = x.copy()
@@ -118,12 +122,13 @@ def test_bad_patch_length_raises_naming_it(value):
     with pytest.raises(ValueError, match=match):
         SeriesPatches(value)
     with pytest.raises(ValueError, match=match):
-        TransformerClassifier(num_features=1, patch_length=value, **CLASSIFIER)
+        _patched(1, patch_length=value)
 
 
 def test_patch_length_with_token_input_raises_naming_it():
-    with pytest.raises(ValueError, match=r"patch_length=4 with vocabulary_size=20"):
-        TransformerClassifier(vocabulary_size=20, patch_length=4, **CLASSIFIER)
+    """Series options belong to the series stems: a token stem refuses them."""
+    with pytest.raises(ValueError, match=r"TokenStem: \{'patch_length': 4\}"):
+        TokenStem(vocabulary_size=20, hidden_dim=8, patch_length=4)
 
 
 def test_training_config_checks_patch_length():
@@ -136,8 +141,9 @@ def test_training_config_checks_patch_length():
 
 def test_default_classifier_has_no_patch_layer():
     """patch_length=1 keeps the per-step model (and its saved layout) unchanged."""
-    model = TransformerClassifier(num_features=1, **CLASSIFIER)
-    assert model.patch_length == 1
+    model = _patched(1)
+    assert model.stem.patch_length == 1
+    assert model.stem.patches is None
     assert not any(isinstance(layer, SeriesPatches) for layer in model.layers)
 
 
@@ -201,14 +207,14 @@ def test_bad_stride_raises_naming_it(value):
     with pytest.raises(ValueError, match=re.escape(f"stride={value!r}")):
         SeriesPatches(4, stride=value)
     with pytest.raises(ValueError, match=re.escape(f"patch_stride={value!r}")):
-        TransformerClassifier(num_features=1, patch_length=4, patch_stride=value, **CLASSIFIER)
+        _patched(1, patch_length=4, patch_stride=value)
 
 
 def test_stride_longer_than_patch_raises_naming_both():
     with pytest.raises(ValueError, match=r"stride=5, patch_length=4"):
         SeriesPatches(4, stride=5)
     with pytest.raises(ValueError, match=r"patch_stride=2, patch_length=1"):
-        TransformerClassifier(num_features=1, patch_stride=2, **CLASSIFIER)
+        _patched(1, patch_stride=2)
 
 
 # --- Per-series standardization ----------------------------------------------
@@ -221,10 +227,7 @@ def test_standardized_classifier_ignores_each_series_level_and_scale():
     a = np.array([0.5, 3.0, 20.0], "float32")[:, None, None]
     b = np.array([-4.0, 0.5, 100.0], "float32")[:, None, None]
     for standardize in (True, False):
-        model = TransformerClassifier(
-            num_features=2, patch_length=4, patch_stride=2,
-            standardize_series=standardize, **CLASSIFIER,
-        )
+        model = _patched(2, patch_length=4, patch_stride=2, standardize_series=standardize)
         diff = np.abs(ops.convert_to_numpy(model(a * x + b) - model(x))).max()
         if standardize:
             assert diff < 1e-4, diff
@@ -235,7 +238,7 @@ def test_standardized_classifier_ignores_each_series_level_and_scale():
 def test_standardization_is_per_feature():
     """Each feature is standardized on its own: scaling one feature of one
     series changes nothing (one shared statistic would)."""
-    model = TransformerClassifier(num_features=2, standardize_series=True, **CLASSIFIER)
+    model = _patched(2, standardize_series=True)
     x = _series(2, 12, 2)
     scaled = x.copy()
     scaled[:, :, 1] *= 100.0
@@ -245,34 +248,33 @@ def test_standardization_is_per_feature():
 
 
 def test_new_options_round_trip_and_old_configs_still_load(tmp_path):
-    model = TransformerClassifier(
-        num_features=1, patch_length=4, patch_stride=2, standardize_series=True, **CLASSIFIER
-    )
+    model = _patched(1, patch_length=4, patch_stride=2, standardize_series=True)
     x = _series(2, 9, 1)
     config = model.get_config()
-    assert (config["patch_stride"], config["standardize_series"]) == (2, True)
+    stem = config["stem"]["config"]
+    assert (stem["patch_stride"], stem["standardize_series"]) == (2, True)
     reloaded = check_saved_model_round_trip(model, x, tmp_path)
     assert reloaded.get_config() == config
-    # A config saved before these options existed builds the old model.
-    old = {k: v for k, v in config.items() if k not in ("patch_stride", "standardize_series")}
-    clone = TransformerClassifier.from_config(old)
+    # A stem config saved before these options existed builds the old stem.
+    old = {k: v for k, v in stem.items() if k not in ("patch_stride", "standardize_series")}
+    clone = PatchStem.from_config(old)
     assert (clone.patch_stride, clone.standardize_series) == (None, False)
-    assert clone.stem.patches.step == 4
+    assert clone.patches.step == 4
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(patch_stride=2), r"patch_stride=2 with vocabulary_size=20"),
-        (dict(standardize_series=True), r"standardize_series=True with vocabulary_size=20"),
+        (dict(patch_stride=2), r"TokenStem: \{'patch_stride': 2\}"),
+        (dict(standardize_series=True), r"TokenStem: \{'standardize_series': True\}"),
     ],
 )
 def test_series_options_with_token_input_raise_naming_them(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        TransformerClassifier(vocabulary_size=20, **kwargs, **CLASSIFIER)
+        TokenStem(vocabulary_size=20, hidden_dim=8, **kwargs)
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_standardize_series_must_be_a_bool(value):
     with pytest.raises(ValueError, match=re.escape(f"standardize_series={value!r}")):
-        TransformerClassifier(num_features=1, standardize_series=value, **CLASSIFIER)
+        _patched(1, standardize_series=value)

@@ -14,6 +14,7 @@ import pytest
 
 from export import serving_ops
 from export.saved_model import export_saved_model
+from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier, VisionTransformer
 from tests.export_fixtures import exported_classifier, exported_translator
 from training.tasks import get_task
@@ -31,8 +32,8 @@ def core_ops():
 
 def _series_export(directory):
     model = TransformerClassifier(
-        num_classes=3, num_features=2, num_layers=1, hidden_dim=8, num_heads=2,
-        intermediate_dim=16, max_sequence_length=12,
+        PatchStem(2, hidden_dim=8, max_sequence_length=12),
+        num_classes=3, num_layers=1, num_heads=2, intermediate_dim=16,
     )  # fmt: skip
     return export_saved_model(
         model,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.layers import TokenStem
 from keras_transformer.models import (
     TextCNNClassifier,
     Transformer,
@@ -21,7 +22,7 @@ from keras_transformer.models import (
     VisionTransformer,
 )
 from training import config as config_module
-from training.config import TrainingConfig
+from training.config import TrainingConfig, load_config
 from training.recipe import adaptive
 from training.runs.predict import answer_in_batches, read_inputs
 from training.tasks import TASKS, Task, get_task
@@ -74,7 +75,7 @@ def test_task_only_fields_are_refused_where_unused():
                   series_level_features=True)
     stem = dict(series_stem="random_kernels", stem_windows=4, stem_kernel_features=336)
     text = dict(ngram_widths=(3, 4), pooling="max", min_word_count=2, cross_fit=True,
-                char_ngram_buckets=64)
+                char_ngram_buckets=64, model="text_cnn")
     both = dict(ensemble_size=3, mixup_alpha=0.4, num_classes=3)  # the two classifier tasks
     translation = dict(source_language="fr", target_language="de", tokens_per_batch=512,
                        eval_sentences=10, beam_size=2, length_penalty=1.0, num_examples=1)
@@ -90,6 +91,34 @@ def test_task_only_fields_are_refused_where_unused():
         for field, value in fields.items():
             with pytest.raises(ValueError, match=re.escape(f"{field}={value!r} with task='{name}'")):
                 TrainingConfig(task=name, dataset=dataset, **{field: value}).validate()
+
+
+def test_the_text_model_is_named_in_the_config():
+    """`model` picks the text classifier by name: an unknown name is refused
+    naming the field and the allowed values; the text presets name
+    "text_cnn" and set no field of the Transformer's encoder; "transformer"
+    without encoder blocks says to name "text_cnn" instead."""
+    with pytest.raises(ValueError, match=re.escape(
+            "`model` must be one of ['transformer', 'text_cnn']; received model='cnn'")):
+        TrainingConfig(task="classification", dataset="sst2", model="cnn").validate()
+    for name, options in (("sst2", []), ("trec", []),
+                          ("text_classification", ['train_files=["x.txt"]'])):
+        config = load_config(name, options)
+        assert config.model == "text_cnn"
+        assert set(config.model_overrides) == {"hidden_dim", "dropout"}, name
+    from training.data.common import TaskData
+
+    task = get_task("classification")
+    task.tokenizer = type("Tokenizer", (), {"vocabulary_size": 16})()
+    data = TaskData((["a"], [0]), (["a"], [0]), (["a"], [0]), label_names=["x", "y"])
+    config = TrainingConfig(task="classification", dataset="trec", ensemble_size=1,
+                            model_overrides={"hidden_dim": 8, "num_heads": 2})
+    assert isinstance(task.build_model(config.replace(model="text_cnn"), data),
+                      TextCNNClassifier)
+    model = task.build_model(config, data)
+    assert isinstance(model, TransformerClassifier) and isinstance(model.stem, TokenStem)
+    with pytest.raises(ValueError, match=r'num_layers=0\. .*"model": "text_cnn"'):
+        task.build_model(config.replace(model_overrides={"num_layers": 0}), data)
 
 
 def test_classifier_losses_take_the_config_label_smoothing(rng):
@@ -143,20 +172,17 @@ def test_a_given_num_classes_must_hold_the_data_classes():
     """`num_classes` below the classes found (or 1 for other than two) is a
     clear error naming it, not labels out of range in the loss."""
     from training.data.common import TaskData
-    from training.tasks.classifiers import build_classifier
 
     task = get_task("classification")
     task.tokenizer = type("Tokenizer", (), {"vocabulary_size": 16})()
     three = TaskData((["a"], [0]), (["a"], [0]), (["a"], [0]), label_names=["x", "y", "z"])
-    base = TrainingConfig(task="classification", dataset="trec",
-                          model_overrides={"num_layers": 0, "hidden_dim": 8,
-                                                            "intermediate_dim": 16, "num_heads": 2},
-                          ensemble_size=1)
+    base = TrainingConfig(task="classification", dataset="trec", model="text_cnn",
+                          model_overrides={"hidden_dim": 8}, ensemble_size=1)
     for bad in (1, 2):
         with pytest.raises(ValueError, match=f"num_classes={bad}"):
-            build_classifier(base.replace(num_classes=bad), three, vocabulary_size=16)
+            task.build_model(base.replace(num_classes=bad), three)
     for good, outputs in ((0, 3), (3, 3), (4, 4)):
-        model = build_classifier(base.replace(num_classes=good), three, vocabulary_size=16)
+        model = task.build_model(base.replace(num_classes=good), three)
         assert model.num_classes == outputs
 
 
@@ -297,8 +323,8 @@ def test_image_task_is_not_trained():
 
 @pytest.mark.parametrize(
     "name, model",
-    [("translation", TransformerClassifier(num_classes=2, vocabulary_size=10, num_layers=1,
-                                            hidden_dim=8, num_heads=2, intermediate_dim=8)),
+    [("translation", TransformerClassifier(TokenStem(10, hidden_dim=8), 2, num_layers=1,
+                                            num_heads=2, intermediate_dim=8)),
      ("image", Transformer(vocabulary_size=10, num_layers=1, hidden_dim=8, num_heads=2,
                            intermediate_dim=8, max_sequence_length=8))],
 )

@@ -16,9 +16,8 @@ class SeriesLevelFeatures(keras.layers.Layer):
     the shape of a series whatever its units, and erases its level and
     scale; where those tell the classes apart (the channels of a speaker's
     LPC coefficients), this layer gives them back: its output, one vector
-    per series, is added to every token of the series
-    (`TransformerClassifier(series_level_features=True)`).  Its input is
-    `series_statistics`, `(B, 1, 2F)`: the mean and the log standard
+    per series, is added to every token of the series (a series stem's
+    `series_level_features=True`).  Its input is `series_statistics`, `(B, 1, 2F)`: the mean and the log standard
     deviation of each feature over the series' known steps, as
     `SeriesStandardization.standardize` returns them.  They are standardised
     by their mean and standard deviation over the training series (`adapt`;

@@ -68,16 +68,17 @@ class ClassifierEnsemble(keras.Model):
 
     Args:
         members: Two or more classifiers (`TransformerClassifier`), distinct
-            objects with the same `num_classes`, input (`vocabulary_size` or
-            `num_features`) and `max_sequence_length`.  Their other sizes may
-            differ.
+            objects, each on a stem of its own, with the same `num_classes`,
+            input (`vocabulary_size` or `num_features`) and
+            `max_sequence_length`.  Their other sizes may differ.
         excluded_members: Indices of members the inference answer leaves out
             (fewer than all of them); empty: every member is averaged.
 
     Example:
     >>> members = [keras_transformer.models.TransformerClassifier(
-    ...     num_classes=3, num_features=1, num_layers=1, hidden_dim=16,
-    ...     num_heads=2, intermediate_dim=32) for _ in range(2)]
+    ...     keras_transformer.layers.PatchStem(num_features=1, hidden_dim=16),
+    ...     num_classes=3, num_layers=1, num_heads=2, intermediate_dim=32)
+    ...     for _ in range(2)]
     >>> model = keras_transformer.models.ClassifierEnsemble(members)
     >>> model(keras.ops.zeros((4, 8, 1))).shape
     (4, 3)
@@ -108,6 +109,12 @@ class ClassifierEnsemble(keras.Model):
                         f"`members` must share `{name}`; received {name}="
                         f"{getattr(members[0], name)!r} and {getattr(member, name)!r}."
                     )
+        stems = [id(m.stem) for m in members if hasattr(m, "stem")]
+        if len(set(stems)) != len(stems):
+            raise ValueError(
+                "`members` must each have a stem of its own (a shared stem would train "
+                "one set of input weights for all of them); received one stem twice."
+            )
         alphas = {float(getattr(m, "mixup_alpha", 0.0)) for m in members}
         if len(alphas) > 1:
             raise ValueError(

@@ -4,7 +4,7 @@
 #
 # Nothing in the encoder of Section 3.1 is specific to words: it maps a
 # sequence of d_model vectors to another. For numbers instead of tokens,
-# `TransformerClassifier(num_features=F)` replaces the embedding table by a
+# `TransformerClassifier(PatchStem(num_features=F, ...))` replaces the embedding table by a
 # dense projection of each time step's F values to d_model (the "learned
 # linear transformation" that embeds inputs, Section 3.4), adds the
 # sinusoidal positions, runs the encoder blocks and mean-pools.
@@ -49,6 +49,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.neighbors import KNeighborsClassifier
 
+from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
 from training.data import synthetic_series
 from training.data.readers import read_ucr
@@ -136,10 +137,9 @@ epochs = 10 if SIZE == "small" else 30
 
 def classifier(num_features):
     model = TransformerClassifier(
+        PatchStem(num_features, hidden_dim=width),
         num_classes=num_classes,
-        num_features=num_features,
         num_layers=2,
-        hidden_dim=width,
         num_heads=4,
         intermediate_dim=2 * width,
         dropout=0.1,
@@ -194,8 +194,8 @@ if SIZE == "full":  # the per-step model: one value per token, 128 tokens
 
 # %%
 def attention_received(model, tokens):
-    x = model.feature_projection(tokens)  # (B, T', d_model)
-    x = x + model.position_encoding(x)
+    x = model.stem.feature_projection(tokens)  # (B, T', d_model)
+    x = x + model.stem.position_encoding(x)
     for block in model.encoder_blocks:
         x, weights = block(x, return_attention_scores=True)  # (B, h, T', T')
     return np.asarray(weights).mean(axis=(1, 2))  # (B, T')

@@ -53,6 +53,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
 from training.data import synthetic_series
 from training.recipe.schedule import TransformerSchedule, paper_optimizer
@@ -80,10 +81,9 @@ GLOBAL_BATCH, EPOCHS, WIDTH = 64, 3, 32
 def fit(strategy):
     with strategy.scope():
         model = TransformerClassifier(
+            PatchStem(8, hidden_dim=WIDTH),
             num_classes=2,
-            num_features=8,
             num_layers=1,
-            hidden_dim=WIDTH,
             num_heads=4,
             intermediate_dim=2 * WIDTH,
             dropout=0.0,
@@ -99,10 +99,9 @@ def fit(strategy):
 
 keras.utils.set_random_seed(0)
 initial_weights = TransformerClassifier(
+    PatchStem(8, hidden_dim=WIDTH),
     num_classes=2,
-    num_features=8,
     num_layers=1,
-    hidden_dim=WIDTH,
     num_heads=4,
     intermediate_dim=2 * WIDTH,
     dropout=0.0,

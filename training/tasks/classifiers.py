@@ -29,57 +29,35 @@ class LearnedNothingWarning(UserWarning):
 MODEL_CLASSES = (TransformerClassifier, TextCNNClassifier, ClassifierEnsemble)
 
 
-def build_classifier(config, data, **inputs):
-    """The classifier of the configured preset; `inputs` pick token or series input,
-    and a task's own layer arguments (the text task's n-gram widths and pooling).
-
-    Token input with the preset's `num_layers` 0 (the text presets) is
-    `TextCNNClassifier`, Kim's CNN: the presets name the model by its
-    attention layers, none, so that `--set model_overrides.num_layers=1`
-    turns the same run into a `TransformerClassifier` with the n-gram
-    convolutions before one encoder block.  Otherwise a
-    `TransformerClassifier`.  With `config.ensemble_size` k > 1, a
-    `ClassifierEnsemble` of k of them, each from its own draw of the
+def build_classifier(config, data, member):
+    """The classifier of the configured preset, or with `config.ensemble_size`
+    k > 1 a `ClassifierEnsemble` of k of them, each from its own draw of the
     (seeded) initialisers.
+
+    `member(m, num_classes, index, **name)` builds one classifier (stem first,
+    then the model) of the preset `m` (`preset_config`, the config's
+    overrides applied); `index` is its place in the ensemble (0 alone), for
+    a stem that draws its own random kernels.
     """
     m = preset_config(config)
     if config.num_classes:
         check_num_classes(config.num_classes, data.label_names)
     num_classes = config.num_classes or len(data.label_names)
-
-    def member(index=0, **name):
-        return build_member(m, num_classes, member_inputs(inputs, index), **name)
-
     size = config.ensemble_size or 1
     if size == 1:
-        return member()
-    return ClassifierEnsemble([member(i, name=f"member_{i}") for i in range(size)])
+        return member(m, num_classes, 0)
+    return ClassifierEnsemble([member(m, num_classes, i, name=f"member_{i}")
+                               for i in range(size)])
 
 
-def member_inputs(inputs, index):
-    """`inputs` of ensemble member `index`: a `random_kernel_stem` gets its own
-    seed (seed + 1000 index), so that each member draws its own kernels."""
-    stem = inputs.get("random_kernel_stem")
-    if stem is None:
-        return inputs
-    return {**inputs, "random_kernel_stem": {**stem, "seed": stem.get("seed", 0) + 1000 * index}}
-
-
-def build_member(m, num_classes, inputs, **name):
-    """One classifier of the preset `m` (`build_classifier`)."""
-    if m.num_layers == 0 and inputs.get("vocabulary_size") is not None:
-        return TextCNNClassifier(
-            num_classes=num_classes, hidden_dim=m.hidden_dim, dropout=m.dropout,
-            max_sequence_length=m.max_sequence_length, positions=m.positions,
-            **inputs, **name,
-        )  # fmt: skip
+def transformer_classifier(m, num_classes, stem, **options):
+    """A `TransformerClassifier` on `stem` with the encoder of the preset `m`;
+    `options`: the task's head options (n-gram widths, pooling, mixup) and name."""
     return TransformerClassifier(
-        num_classes=num_classes, num_layers=m.num_layers,
-        hidden_dim=m.hidden_dim, num_heads=m.num_heads,
+        stem, num_classes, num_layers=m.num_layers, num_heads=m.num_heads,
         intermediate_dim=m.intermediate_dim, dropout=m.dropout,
-        max_sequence_length=m.max_sequence_length, positions=m.positions,
-        normalize_first=m.normalize_first, **inputs, **name,
-    )  # fmt: skip
+        normalize_first=m.normalize_first, **options,
+    )
 
 
 def loss_and_metrics(label_smoothing=0.0, num_classes=0):

@@ -15,8 +15,10 @@ import math
 
 POOLINGS = ("mean", "max")
 SERIES_STEMS = ("patches", "random_kernels")
+#: The text classifiers a config names by `model`.
+TEXT_MODELS = ("transformer", "text_cnn")
 # The allowed values of the enumerated option fields (validation and --help).
-CHOICES = {"pooling": POOLINGS, "series_stem": SERIES_STEMS}
+CHOICES = {"pooling": POOLINGS, "series_stem": SERIES_STEMS, "model": TEXT_MODELS}
 
 
 def _positive_int(name, value, nullable=False):
@@ -102,6 +104,9 @@ class ClassifierOptions(TaskOptions):
 class TextClassificationOptions(ClassifierOptions):
     """The fields of task "classification" (text)."""
 
+    # The classifier: "transformer" (a token stem, then the encoder) or "text_cnn"
+    # (Kim's CNN: n-gram convolutions, max-pooled, no attention).
+    model: str = "transformer"
     # Widths of the n-gram convolutions before the encoder ([]: none).
     ngram_widths: tuple = ()
     # How the encoder output is pooled over the tokens.
@@ -115,6 +120,9 @@ class TextClassificationOptions(ClassifierOptions):
 
     def validate(self, from_data=()):
         super().validate(from_data)
+        if self.model not in TEXT_MODELS:
+            raise ValueError(f"`model` must be one of {list(TEXT_MODELS)}; received "
+                             f"model={self.model!r}.")
         if not isinstance(self.ngram_widths, tuple) or any(
             not isinstance(w, int) or isinstance(w, bool) or w <= 0 for w in self.ngram_widths
         ):

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.layers import PatchStem, RandomKernelSeriesStem
 from training.data import readers, series_files, synthetic_series
 from training.data.common import TaskData, require_file
 from training.pipeline import datasets
@@ -77,6 +78,25 @@ def check_series_values(x, where):
             f"{where}: series {i + 1} has no known value (every value is NaN or '?'; "
             f"{int(empty.sum())} of {len(x)} series are so); leave it out."
         )
+
+
+def series_stem(config, m, x, index=0):
+    """The input stem of ensemble member `index` for training series `x` `(N, T, F)`:
+    `config.series_stem`'s "patches" (`PatchStem`) or "random_kernels"
+    (`RandomKernelSeriesStem`, whose kernels member i draws with seed
+    `config.seed + 1000 i`), of the preset `m`'s width and positions."""
+    sizes = dict(max_sequence_length=m.max_sequence_length, positions=m.positions,
+                 standardize_series=config.standardize_series,
+                 series_level_features=config.series_level_features)
+    num_features = int(x.shape[-1])
+    if config.series_stem == "random_kernels":
+        return RandomKernelSeriesStem(
+            num_features, m.hidden_dim, **sizes, series_length=int(x.shape[1]),
+            num_windows=config.stem_windows, num_kernel_features=config.stem_kernel_features,
+            max_positions=series.STEM_MAX_POSITIONS, seed=config.seed + 1000 * index,
+        )
+    return PatchStem(num_features, m.hidden_dim, **sizes, patch_length=config.patch_length,
+                     patch_stride=config.patch_stride)
 
 
 class SeriesClassification(Task):
@@ -199,28 +219,19 @@ class SeriesClassification(Task):
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
-        """The classifier; with the "random_kernels" stem, each member's stem
-        (its own seed) takes its biases from the training series, and with
-        `series_level_features` the standardization of the series' level and
-        scale."""
-        stem = None
-        if config.series_stem == "random_kernels":
-            stem = {"series_length": int(data.train[0].shape[1]),
-                    "num_windows": config.stem_windows,
-                    "num_kernel_features": config.stem_kernel_features,
-                    "max_positions": series.STEM_MAX_POSITIONS, "seed": config.seed}
-        model = classifiers.build_classifier(
-            config, data, num_features=data.train[0].shape[-1],
-            patch_length=config.patch_length, patch_stride=config.patch_stride,
-            standardize_series=config.standardize_series, random_kernel_stem=stem,
-            series_level_features=config.series_level_features,
-        )
-        for member in getattr(model, "members", [model]):
-            if stem is not None:
-                member.adapt_stem(data.train[0])
-            if config.series_level_features:
-                member.adapt_level_features(data.train[0])
-        return model
+        """The classifier (`classifiers.build_classifier`), each member on its
+        own stem (`series_stem`), adapted to the training series: the
+        "random_kernels" stem's biases, and with `series_level_features` the
+        standardization of the series' level and scale."""
+        x = data.train[0]
+
+        def member(m, num_classes, index, **name):
+            stem = series_stem(config, m, x, index)
+            model = classifiers.transformer_classifier(m, num_classes, stem, **name)
+            stem.adapt(x)
+            return model
+
+        return classifiers.build_classifier(config, data, member)
 
     def loss_and_metrics(self, config):
         """Cross-entropy on one-hot (mixed) labels with `label_smoothing`; accuracy."""

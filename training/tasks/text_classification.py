@@ -1,9 +1,11 @@
-"""Text classification: labelled sentences -> a `TextCNNClassifier` (the presets) or a token `TransformerClassifier`."""
+"""Text classification: labelled sentences -> the config's `model`, a `TextCNNClassifier` (the presets) or a `TransformerClassifier` on a token stem."""
 
 import time
 
 import numpy as np
 
+from keras_transformer.layers import CharNGramTokenStem, TokenStem
+from keras_transformer.models import TextCNNClassifier
 from training.data import readers, shards
 from training.data.common import TaskData, require_file, resolve_data_dir
 from training.pipeline import datasets, prepared, streaming
@@ -13,6 +15,7 @@ from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
+    preset_config,
     stream_options,
     text_input,
     text_probes,
@@ -33,6 +36,16 @@ HOLD_OUT_MAX = 5000
 #: A null `ensemble_size` trains `ENSEMBLE_SIZE` classifiers (the series
 #: task's five) on at most this many training sentences.
 ENSEMBLE_MAX_SENTENCES = 10_000
+
+
+def token_stem(m, vocabulary_size, char_ngram_buckets):
+    """The input stem of the preset `m`: its words, with their character
+    n-grams when `char_ngram_buckets` is set."""
+    sizes = dict(max_sequence_length=m.max_sequence_length, positions=m.positions)
+    if char_ngram_buckets:
+        return CharNGramTokenStem(vocabulary_size, m.hidden_dim,
+                                  char_ngram_buckets=char_ngram_buckets, **sizes)
+    return TokenStem(vocabulary_size, m.hidden_dim, **sizes)
 
 
 def default_ensemble_size(num_sentences):
@@ -287,12 +300,33 @@ class TextClassification(Task):
     # --- model, selection, evaluation ------------------------------------------
 
     def build_model(self, config, data):
-        # Mixup of the pooled sentence features is in the model (`mixup_alpha`).
-        return classifiers.build_classifier(
-            config, data, vocabulary_size=self.tokenizer.vocabulary_size,
-            mixup_alpha=config.mixup_alpha, char_ngram_buckets=config.char_ngram_buckets,
-            ngram_widths=config.ngram_widths, pooling=config.pooling,
-        )
+        """The `model` the config names, or an ensemble of them
+        (`classifiers.build_classifier`): `"text_cnn"`, Kim's CNN
+        (`TextCNNClassifier`), or `"transformer"`, a `TransformerClassifier`
+        on a token stem with the n-gram convolutions before its encoder.
+        Mixup of the pooled sentence features is in the model (`mixup_alpha`)."""
+        if config.model == "transformer" and preset_config(config).num_layers == 0:
+            raise ValueError(
+                'model="transformer" needs encoder blocks; received model_overrides.num_layers=0. '
+                'The convolutional model without attention is "model": "text_cnn".'
+            )
+        vocabulary_size = self.tokenizer.vocabulary_size
+        head = dict(ngram_widths=config.ngram_widths, pooling=config.pooling,
+                    mixup_alpha=config.mixup_alpha)
+
+        def member(m, num_classes, index, **name):
+            if config.model == "text_cnn":
+                return TextCNNClassifier(
+                    num_classes, vocabulary_size, hidden_dim=m.hidden_dim, dropout=m.dropout,
+                    max_sequence_length=m.max_sequence_length, positions=m.positions,
+                    char_ngram_buckets=config.char_ngram_buckets, **head, **name,
+                )
+            return classifiers.transformer_classifier(
+                m, num_classes, token_stem(m, vocabulary_size, config.char_ngram_buckets),
+                **head, **name,
+            )
+
+        return classifiers.build_classifier(config, data, member)
 
     def loss_and_metrics(self, config):
         return classifiers.loss_and_metrics(config.label_smoothing, config.num_classes)
