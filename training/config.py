@@ -3,7 +3,8 @@
 `TrainingConfig` holds the fields every task uses; the fields of one task
 are its options class's (`training.tasks.options`), held in `task_options`
 and read and set by their plain names like the others.  JSON files under
-`training/configs/` name presets (model size x dataset), and `--set key=value`
+`training/configs/` name presets (model size x dataset; one may start from
+another with `"extends": "PARENT"`, `read_preset`), and `--set key=value`
 overrides any field of the config's task from the command line.  The
 resolved config is written, flat, as `config.json` in the run directory.
 """
@@ -350,8 +351,7 @@ def available_presets():
     return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
 
-def load_config(name_or_path="toy", overrides=()):
-    """A preset name or JSON path, plus `key=value` overrides (JSON values)."""
+def _preset_path(name_or_path):
     path = pathlib.Path(name_or_path)
     if not path.suffix:
         path = CONFIG_DIR / f"{name_or_path}.json"
@@ -361,7 +361,49 @@ def load_config(name_or_path="toy", overrides=()):
             )
     elif not path.exists():
         raise FileNotFoundError(f"Config file not found: config={str(path)!r}.")
+    return path
+
+
+def read_preset(name_or_path, _seen=()):
+    """The values of a preset or JSON config file, with its `extends` resolved.
+
+    `"extends": "PARENT"` (a preset name, or a path relative to the file)
+    starts from the parent's values; the file's own keys replace the
+    parent's, except `model_overrides`, whose fields are merged one by one
+    (as `--set model.FIELD=VALUE` does).  `_comment` is the file's own.
+
+    Raises:
+        ValueError: for an unknown parent, or a chain that comes back to a
+            file it has passed (naming the chain).
+    """
+    path = _preset_path(name_or_path).resolve()
+    seen = (*_seen, path)
+    if path in _seen:
+        chain = " -> ".join(p.name for p in seen)
+        raise ValueError(f"Config presets extend each other in a cycle: {chain}.")
     values = json.loads(path.read_text(encoding="utf-8"))
+    parent = values.pop("extends", None)
+    if parent is None:
+        return values
+    if not isinstance(parent, str) or not parent:
+        raise ValueError(f"`extends` must name a preset; received extends={parent!r} in {path.name}.")
+    try:
+        parent_path = _preset_path(path.parent / parent if pathlib.Path(parent).suffix else parent)
+    except (ValueError, FileNotFoundError) as error:
+        raise ValueError(f"{path.name} has extends={parent!r}, which is not found: {error}") from None
+    base = read_preset(parent_path, seen)
+    base.pop("_comment", None)
+    model_overrides = {**base.get("model_overrides", {}), **values.get("model_overrides", {})}
+    values = {**base, **values}
+    if model_overrides:
+        values["model_overrides"] = model_overrides
+    return values
+
+
+def load_config(name_or_path="toy", overrides=()):
+    """A preset name or JSON path, plus `key=value` overrides (JSON values)."""
+    path = _preset_path(name_or_path)
+    values = read_preset(path)
     values.pop("_comment", None)
     check_task_keys(values, dict.fromkeys(values, path.name))
     preset_task = values.get("task", "translation")
