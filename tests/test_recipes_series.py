@@ -91,7 +91,7 @@ def test_the_preset_takes_its_sizes_from_the_data_and_given_fields_win():
     # Given epochs are passes: steps_per_epoch stays null; a given p gets half of itself.
     assert (given.batch_size, given.epochs, given.steps_per_epoch) == (4, 3, None)
     assert (given.patch_length, given.patch_stride, given.max_sequence_length) == (6, 3, 100)
-    assert load_config("series_classification", ['train_files=["x.txt"]']).dataset == "files"
+    assert load_config("series_classification").train_files == ()  # generated series
 
 
 def test_files_of_at_most_64_series_train_an_ensemble_of_five():
