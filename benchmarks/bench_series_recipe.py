@@ -2,7 +2,7 @@
 
 Each (set, seed) runs exactly what a user types:
 
-    python3 -m training train --config series_classification --run-dir RUN \\
+    python3 -m training train --config timeseries --run-dir RUN \\
         --set 'train_files=["X_TRAIN.txt"]' --set 'test_files=["X_TEST.txt"]'
 
 and, on the same files in the same process, MiniRocket as sktime's
@@ -32,6 +32,8 @@ Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
     python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr runs/uea \\
         --sets ArrowHead OSULeaf ACSF1 GunPoint ItalyPowerDemand \\
         --seeds 0 1 2 --jobs 8 --threads 2 --json runs/series.json
+    python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr --set series_stem=patches \
+        --set series_level_features=false --set mixup_alpha=0.4   # the patch stem
 """
 
 import argparse
@@ -157,15 +159,17 @@ def _nearest_neighbour_padded(x, y, tx, ty):
     return nearest_neighbour_accuracy(padded_x, y, padded_tx, ty)
 
 
-def run(name, train, test, config, seed, threads):
+def run(name, train, test, config, seed, threads, overrides=()):
     """{set, test_accuracy, seconds, minirocket, ...} of one (set, seed)."""
     env = thread_env(threads)
-    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed, env=env)
+    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed, overrides,
+                                                          env=env)
     x, y = read_split(train)
     tx, ty = read_split(test)
     rocket_accuracy, rocket_seconds = minirocket(train, test, seed, threads)
     return {
-        "set": name, "seed": seed, "config": config, "threads": threads,
+        "set": name, "seed": seed, "config": config, "overrides": list(overrides),
+        "threads": threads,
         "shape": {"N": int(x.shape[0]), "T": int(x.shape[1]), "K": len(set(y)),
                   "F": int(x.shape[2])},
         "test_accuracy": metrics["test_accuracy"],
@@ -235,7 +239,10 @@ def main():
     parser.add_argument("--dirs", nargs="+", default=[SHARED])
     parser.add_argument("--sets", nargs="*", default=None,
                         help="set names (default: every pair in --dirs)")
-    parser.add_argument("--config", default="series_classification")
+    parser.add_argument("--config", default="timeseries")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a config override of every run (repeatable), e.g. "
+                             "series_stem=patches")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="(set, seed) runs at once")
     parser.add_argument("--threads", type=int, default=None,
@@ -250,7 +257,7 @@ def main():
     if threads is None and args.jobs > 1:
         threads = max(1, len(os.sched_getaffinity(0)) // args.jobs)
     names = args.sets or all_sets(args.dirs)
-    work = [(name, *find_set(args.dirs, name), args.config, seed, threads)
+    work = [(name, *find_set(args.dirs, name), args.config, seed, threads, tuple(args.set))
             for name in names for seed in args.seeds]
     rows = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:

@@ -17,7 +17,7 @@ set's shape, with the seeded random (untrained) weights of a fresh run:
           sentences of the synthetic language: batch 1 one of 19 words
           (SST-2's median), batch 32 lengths 4-34 words (mean 19, as
           SST-2's 19.3).
-  series  the `series_classification` preset on ArrowHead's shape (36
+  series  the `timeseries` preset on ArrowHead's shape (36
           training series of 251 steps, 1 channel, 3 classes; random walks):
           its recipe (`training.recipe.series.series_stem_recipe`) gives
           five voting `TransformerClassifier`s (N=2, d_model 64, d_ff 128),
@@ -155,14 +155,14 @@ def random_walks(count, length, channels, seed):
 
 
 def series_classifier(num_train, length, channels, classes, overrides=(), seed=0):
-    """(task, config, model): the `series_classification` preset's classifier of
+    """(task, config, model): the `timeseries` preset's classifier of
     `num_train` synthetic series (`data_defaults` sizes it; stems adapt to them)."""
     x = random_walks(num_train, length, channels, seed)
     y = (np.arange(num_train) % classes).astype("int32")
     data = TaskData((x, y), (x, y), (x, y), label_names=[str(k) for k in range(classes)])
     task = get_task("timeseries")
     # The preset reads your files; nothing is read here (the data are built above).
-    preset = load_config("series_classification",
+    preset = load_config("timeseries",
                          ['train_files=["synthetic_TRAIN.txt"]', *overrides])
     config, model = _build(task, preset, data)
     return task, config, model

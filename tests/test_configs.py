@@ -66,3 +66,11 @@ def test_a_cycle_is_refused_naming_the_chain(tmp_path):
 def test_every_preset_resolves_to_values_with_its_own_comment(preset):
     values = read_preset(preset)
     assert "extends" not in values and values["_comment"].endswith(".")
+
+
+def test_the_renamed_series_preset_names_its_new_name():
+    with pytest.raises(ValueError, match=r"^The config preset 'series_classification' is now "
+                                         r"called 'timeseries': use --config timeseries.$"):
+        load_config("series_classification")
+    assert load_config("timeseries").series_stem == "random_kernels"
+    assert load_config("timeseries").train_files == ()  # generated series without files

@@ -347,6 +347,10 @@ def check_task_keys(values, sources):
         )
 
 
+# Presets that were renamed: naming the old name says which one to use.
+RENAMED_PRESETS = {"series_classification": "timeseries"}
+
+
 def available_presets():
     return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
@@ -354,6 +358,11 @@ def available_presets():
 def _preset_path(name_or_path):
     path = pathlib.Path(name_or_path)
     if not path.suffix:
+        if name_or_path in RENAMED_PRESETS:
+            raise ValueError(
+                f"The config preset {name_or_path!r} is now called "
+                f"{RENAMED_PRESETS[name_or_path]!r}: use --config {RENAMED_PRESETS[name_or_path]}."
+            )
         path = CONFIG_DIR / f"{name_or_path}.json"
         if not path.exists():
             raise ValueError(

@@ -20,7 +20,7 @@
 # `full`: 2,000 series, 30 epochs, and the per-step model (10 epochs) for
 # comparison.
 #
-# The last part trains the package's own recipe, the `series_classification`
+# The last part trains the package's own recipe, the `timeseries`
 # preset, on a UCR development set given only its two file paths, and sets it
 # beside MiniRocket (Dempster et al. 2021) and 1-NN on the same files.
 
@@ -225,10 +225,10 @@ fig.tight_layout()
 # the model decides (Jain and Wallace, 2019, "Attention is not
 # Explanation"). They still sum to 1 over the keys, which we check.
 #
-# ## The `series_classification` preset, given only the paths
+# ## The `timeseries` preset, given only the paths
 #
 # Everything above was built by hand. The package's recipe for series is the
-# `series_classification` preset: its tokens are MiniRocket's features (the
+# `timeseries` preset: its tokens are MiniRocket's features (the
 # proportion of positive values of 84 fixed dilated kernels' outputs) of 8
 # windows of each series (`keras_transformer.layers.RandomKernelStem`), each
 # token told the series' own level and scale, which the per-series
@@ -239,7 +239,7 @@ fig.tight_layout()
 # (`training.recipe.series`), so a run needs only the two file paths, as on
 # the command line:
 #
-#     python3 -m training train --config series_classification --run-dir RUN \
+#     python3 -m training train --config timeseries --run-dir RUN \
 #         --set 'train_files=["ArrowHead_TRAIN.txt"]' --set 'test_files=["ArrowHead_TEST.txt"]'
 #
 # The set is ArrowHead (36 training series of 251 steps, 3 classes), one of
@@ -266,7 +266,7 @@ if DEV_GENERATED:
 print(f"set {DEV_SET}: {dev_train.name}, {dev_test.name}")
 
 preset = load_config(
-    "series_classification",
+    "timeseries",
     overrides=[f"train_files={json.dumps([str(dev_train)])}",
                f"test_files={json.dumps([str(dev_test)])}"],
 )  # fmt: skip
@@ -354,7 +354,7 @@ plt.show()
 #
 # The patch Transformer beats chance (50%) by at least 20 points and the
 # 1-NN baseline by 10, and the file went through the UCR reader. The
-# `series_classification` preset, given only the paths, beats 1-NN and
+# `timeseries` preset, given only the paths, beats 1-NN and
 # chance on its set, and lands within 5 points of MiniRocket where
 # MiniRocket's figure is known.
 

@@ -222,6 +222,12 @@ command = [
     "train",
     "--config",
     "timeseries",
+    "--set",  # the patch stem: one small model (the preset's kernel stem trains up to five)
+    "series_stem=patches",
+    "--set",
+    "series_level_features=false",
+    "--set",
+    "mixup_alpha=0.4",
     "--set",
     "strategy=multi_worker",
     "--set",
