@@ -285,8 +285,8 @@ print(f"test accuracy {preset_accuracy:.3f} after {preset_metrics['steps']} upda
 # `benchmarks/bench_series_recipe.py` runs it beside the preset on the same
 # files, as sktime's documentation does; we import its function. When sktime
 # (a benchmark-only extra, `pip install -e ".[bench]"`) is not installed, the
-# notebook quotes what that benchmark stored for this set in
-# `benchmarks/results/series_members_idle_2026-11-28.json`. The 1-NN baseline
+# notebook quotes what that benchmark stored for this set in its newest run
+# over several sets in `benchmarks/results/series_recipe.json`. The 1-NN baseline
 # is the benchmark's too (`benchmarks/baselines.py`). Seconds are those of
 # this machine, which may be shared: a rough scale, not a measurement.
 
@@ -297,8 +297,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_series_recipe  # the benchmark's MiniRocket, 1-NN and file reader
 from baselines import nearest_neighbour_accuracy
 
-STORED = REPO / "benchmarks" / "results" / "series_members_idle_2026-11-28.json"
-stored_rows = json.loads(STORED.read_text(encoding="utf-8"))["rows"]
+STORED = REPO / "benchmarks" / "results" / "series_recipe.json"  # dated runs, oldest first
+stored_runs = json.loads(STORED.read_text(encoding="utf-8"))
+stored_rows = [run for run in stored_runs if "per_set" in run][-1]["rows"]
 (dev_x, dev_y), (dev_tx, dev_ty) = (bench_series_recipe.read_split(str(path))
                                     for path in (dev_train, dev_test))  # fmt: skip
 dev_nearest = nearest_neighbour_accuracy(dev_x, dev_y, dev_tx, dev_ty)
