@@ -63,8 +63,8 @@ and examples/s, and each path's median latency over `serving_default`'s.
 
 `--quick`: one member instead of five (what `--set ensemble_size=1` gives),
 the same sizes otherwise, 15 rounds at batch 1 and 7 at batch 32.  Default:
-60 and 25.  Results: `benchmarks/results/serving_classifiers[_quick].json`,
-`latency_s` = {classifier: {path: {"batch_1": s, "batch_32": s}}} (medians).
+60 and 25.  Each run is appended to `benchmarks/results/serving_classifiers.json`
+(nothing with `--quick`), `latency_s` = {classifier: {path: {"batch_1": s, "batch_32": s}}} (medians).
 """
 
 import os
@@ -371,7 +371,7 @@ def main():
             "series", (task, config, model, None), export_root, rounds)
     finally:
         shutil.rmtree(export_root, ignore_errors=True)
-    common.write_json("serving_classifiers" + ("_quick" if args.quick else ""), payload)
+    common.append_result("serving_classifiers", payload, args)
 
 
 if __name__ == "__main__":
