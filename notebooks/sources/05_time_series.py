@@ -30,18 +30,9 @@ import os
 import pathlib
 import shutil
 import sys
-import tempfile
+from notebook_setup import DATA_DIR, REPO, SIZE, scratch_folder
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-SIZE = os.environ.get("KT_NOTEBOOK_SIZE", "small")
-if SIZE not in ("small", "full"):
-    raise ValueError(f"KT_NOTEBOOK_SIZE must be 'small' or 'full'; received {SIZE!r}.")
-REPO = pathlib.Path.cwd().resolve().parent  # this notebook lives in REPO/notebooks
-sys.path.insert(0, str(REPO))  # the package, with or without `pip install -e .`
-# Scratch space for runs and files, never inside the repository:
-WORK = pathlib.Path(tempfile.mkdtemp(prefix="kt-05-"))
-print(f"KT_NOTEBOOK_SIZE={SIZE}")
+WORK = scratch_folder("05")  # runs and files, never inside the repository
 
 # %%
 import keras
@@ -252,7 +243,6 @@ fig.tight_layout()
 from training.config import load_config
 from training.train import train
 
-DATA_DIR = pathlib.Path(os.environ.get("KT_DATA_DIR", REPO.parent / "shared" / "data"))
 UCR_DIR = DATA_DIR / "ucr"
 DEV_SET = "ArrowHead"
 dev_train, dev_test = UCR_DIR / f"{DEV_SET}_TRAIN.txt", UCR_DIR / f"{DEV_SET}_TEST.txt"
