@@ -74,3 +74,20 @@ def test_the_renamed_series_preset_names_its_new_name():
         load_config("series_classification")
     assert load_config("timeseries").series_stem == "random_kernels"
     assert load_config("timeseries").train_files == ()  # generated series without files
+
+
+def test_a_file_that_is_not_an_object_of_fields_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"epochs": 3,\n "task": }', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.json' is not JSON: .*line 2 column"):
+        load_config(bad)
+    bad.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.json' must hold one JSON object of fields; "
+                                         r"received a list"):
+        load_config(bad)
+    child = _write(tmp_path, "child", {"extends": "bad.json"})
+    with pytest.raises(ValueError, match=r"bad.json' must hold one JSON object"):
+        load_config(child)
+    child = _write(tmp_path, "child", {"extends": "tiny", "model_overrides": [64]})
+    with pytest.raises(ValueError, match=r"received model_overrides=\[64\] in child.json"):
+        load_config(child)

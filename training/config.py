@@ -390,7 +390,16 @@ def read_preset(name_or_path, _seen=()):
     if path in _seen:
         chain = " -> ".join(p.name for p in seen)
         raise ValueError(f"Config presets extend each other in a cycle: {chain}.")
-    values = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"Config file {str(path)!r} is not JSON: {error}.") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"Config file {str(path)!r} must hold one JSON object of fields; "
+                         f"received a {type(values).__name__}.")
+    if not isinstance(values.get("model_overrides", {}), dict):
+        raise ValueError(f"`model_overrides` must be an object of model fields; received "
+                         f"model_overrides={values['model_overrides']!r} in {path.name}.")
     parent = values.pop("extends", None)
     if parent is None:
         return values
