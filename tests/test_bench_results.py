@@ -50,6 +50,12 @@ def test_every_results_file_is_a_list_of_dated_runs(path):
     assert [run["date"] for run in runs] == sorted(run["date"] for run in runs)  # oldest first
 
 
+def test_every_row_of_the_text_benchmark_is_dated():
+    path = pathlib.Path(common.RESULTS_DIR) / "text_recipe.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert rows and all(DATE.match(row["date"]) for row in rows)
+
+
 def test_no_results_file_is_numbered_by_run():
     names = [p.name for p in pathlib.Path(common.RESULTS_DIR).iterdir()]
     assert not [n for n in names if re.search(r"_run\d+|_quick|_\d{4}-\d\d-\d\d", n)]
