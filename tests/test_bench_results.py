@@ -50,8 +50,9 @@ def test_every_results_file_is_a_list_of_dated_runs(path):
     assert [run["date"] for run in runs] == sorted(run["date"] for run in runs)  # oldest first
 
 
-def test_every_row_of_the_text_benchmark_is_dated():
-    path = pathlib.Path(common.RESULTS_DIR) / "text_recipe.jsonl"
+@pytest.mark.parametrize("path", sorted(pathlib.Path(common.RESULTS_DIR).glob("*.jsonl")),
+                         ids=lambda p: p.name)
+def test_every_row_of_a_results_lines_file_is_dated(path):
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert rows and all(DATE.match(row["date"]) for row in rows)
 
