@@ -37,18 +37,33 @@ def test_the_paper_presets_differ_only_in_the_model_size():
     assert {k for k in big if big[k] != base.get(k)} == {"_comment", "model_preset"}
 
 
-def test_a_missing_parent_is_named(tmp_path):
-    child = _write(tmp_path, "child", {"extends": "no_such_preset"})
-    with pytest.raises(ValueError, match=r"child.json has extends='no_such_preset', which is not "
-                                         r"found: Unknown config preset 'no_such_preset'"):
-        load_config(child)
-    child = _write(tmp_path, "child", {"extends": "gone.json"})
-    with pytest.raises(ValueError, match=r"extends='gone.json', which is not found.*gone.json"):
-        load_config(child)
-    child = _write(tmp_path, "child", {"extends": ["multi30k"]})
-    with pytest.raises(ValueError, match=r"`extends` must name a preset; received "
-                                         r"extends=\['multi30k'\] in child.json"):
-        load_config(child)
+BROKEN = {
+    "a missing parent": ({"child.json": '{"extends": "no_such_preset"}'},
+                         r"child.json has extends='no_such_preset', which is not found: "
+                         r"Unknown config preset 'no_such_preset'"),
+    "a missing parent file": ({"child.json": '{"extends": "gone.json"}'},
+                              r"extends='gone.json', which is not found.*gone.json"),
+    "a parent that is no name": ({"child.json": '{"extends": ["multi30k"]}'},
+                                 r"`extends` must name a preset; received "
+                                 r"extends=\['multi30k'\] in child.json"),
+    "not JSON": ({"child.json": '{"epochs": 3,\n "task": }'},
+                 r"child.json' is not JSON: .*line 2 column"),
+    "not an object": ({"child.json": "[1, 2]"},
+                      r"child.json' must hold one JSON object of fields; received a list"),
+    "a parent that is not an object": ({"child.json": '{"extends": "bad.json"}',
+                                        "bad.json": "[1, 2]"},
+                                       r"bad.json' must hold one JSON object"),
+    "model_overrides not an object": ({"child.json": '{"extends": "tiny", "model_overrides": [64]}'},
+                                      r"received model_overrides=\[64\] in child.json"),
+}
+
+
+@pytest.mark.parametrize("files, message", BROKEN.values(), ids=BROKEN)
+def test_a_broken_preset_file_is_refused_naming_it(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        load_config(tmp_path / "child.json")
 
 
 def test_a_cycle_is_refused_naming_the_chain(tmp_path):
@@ -74,20 +89,3 @@ def test_the_renamed_series_preset_names_its_new_name():
         load_config("series_classification")
     assert load_config("timeseries").series_stem == "random_kernels"
     assert load_config("timeseries").train_files == ()  # generated series without files
-
-
-def test_a_file_that_is_not_an_object_of_fields_is_named(tmp_path):
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"epochs": 3,\n "task": }', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad.json' is not JSON: .*line 2 column"):
-        load_config(bad)
-    bad.write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad.json' must hold one JSON object of fields; "
-                                         r"received a list"):
-        load_config(bad)
-    child = _write(tmp_path, "child", {"extends": "bad.json"})
-    with pytest.raises(ValueError, match=r"bad.json' must hold one JSON object"):
-        load_config(child)
-    child = _write(tmp_path, "child", {"extends": "tiny", "model_overrides": [64]})
-    with pytest.raises(ValueError, match=r"received model_overrides=\[64\] in child.json"):
-        load_config(child)
