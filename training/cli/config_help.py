@@ -215,7 +215,7 @@ def task_fields_help(task=None, width=79):
 def help_task(argv):
     """The task that `argv` names (`--task`, `--set task=...`, or its `--config`
     preset's), or None where it names none or names it wrongly."""
-    from training.config import CONFIG_DIR
+    from training.config import read_preset
 
     task, preset = None, None
     for flag, value in zip(argv, argv[1:], strict=False):
@@ -226,10 +226,8 @@ def help_task(argv):
         elif flag == "--config":
             preset = value
     if task is None and preset is not None:
-        path = CONFIG_DIR / f"{preset}.json" if not preset.endswith(".json") else preset
         try:
-            with open(path, encoding="utf-8") as f:
-                task = json.load(f).get("task", "translation")
+            task = read_preset(preset).get("task", "translation")
         except (OSError, ValueError):
             return None
     return task
