@@ -8,9 +8,14 @@ takes its feature's mean; standardization reads the known values only.
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from harness import run_layer_test
 from keras import ops
 
+from export.saved_model import export_saved_model
+from export.tflite import export_tflite
+from export.tflite_verify import verify_tflite
+from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.layers import (
     PatchStem,
     RandomKernelSeriesStem,
@@ -21,7 +26,9 @@ from keras_transformer.layers import (
     series_lengths,
     step_mask,
 )
-from keras_transformer.models import TransformerClassifier
+from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+from training.pipeline.series_augmentation import mixup
+from training.tasks import get_task
 
 NAN = np.nan
 
@@ -276,7 +283,6 @@ def test_padded_batches_train_to_finite_weights():
 
 
 def test_mixup_keeps_the_main_series_length_and_missing_values():
-    from training.pipeline.series_augmentation import mixup
 
     rows = [_series(n, 2, seed) for seed, n in enumerate((6, 3, 5, 6))]
     rows[3][1, 0] = NAN
@@ -308,8 +314,6 @@ ENSEMBLES = {"kernel_stem_level_features_ensemble": 2}
 def _exported_classifier(stem="patches"):
     """A 3-channel classifier, its task, and series of unequal lengths with
     missing values (`rows`, each its own length)."""
-    from keras_transformer.models import ClassifierEnsemble
-    from training.tasks import get_task
 
     members = []
     rows = [_series(n, 3, seed) * (seed + 1) for seed, n in enumerate((16, 9, 12, 3))]
@@ -345,12 +349,7 @@ def _alone(model, rows):
 
 @pytest.mark.parametrize("stem", sorted(STEMS))
 def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(stem, tmp_path):
-    import tensorflow as tf
 
-    from export.saved_model import export_saved_model
-    from export.tflite import export_tflite
-    from export.tflite_verify import verify_tflite
-    from export.verify import compare_outputs, reference_outputs
 
     model, task, rows = _exported_classifier(stem)
     alone = _alone(model, rows)
@@ -382,10 +381,6 @@ def test_probe_inputs_hold_padding_and_missing_values():
 def test_export_verification_covers_padded_multivariate_probes(tmp_path):
     """`verify_saved_model` (a fresh process and saved_model_cli) and
     `verify_tflite` on the task's probes, padded and with missing values."""
-    from export.saved_model import export_saved_model
-    from export.tflite import export_tflite
-    from export.tflite_verify import verify_tflite
-    from export.verify import verify_saved_model
 
     model, task, _ = _exported_classifier()
     probes = task.probe_inputs(model)

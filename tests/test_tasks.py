@@ -23,6 +23,7 @@ from keras_transformer.models import (
 )
 from training import config as config_module
 from training.config import TrainingConfig, load_config
+from training.data.common import TaskData
 from training.recipe import adaptive
 from training.runs.predict import answer_in_batches, read_inputs
 from training.tasks import TASKS, Task, get_task
@@ -106,7 +107,6 @@ def test_the_text_model_is_named_in_the_config():
         config = load_config(name, options)
         assert config.model == "text_cnn"
         assert set(config.model_overrides) == {"hidden_dim", "dropout"}, name
-    from training.data.common import TaskData
 
     task = get_task("classification")
     task.tokenizer = type("Tokenizer", (), {"vocabulary_size": 16})()
@@ -171,7 +171,6 @@ def test_text_task_with_one_class_output_trains_a_sigmoid(rng):
 def test_a_given_num_classes_must_hold_the_data_classes():
     """`num_classes` below the classes found (or 1 for other than two) is a
     clear error naming it, not labels out of range in the loss."""
-    from training.data.common import TaskData
 
     task = get_task("classification")
     task.tokenizer = type("Tokenizer", (), {"vocabulary_size": 16})()
@@ -271,7 +270,6 @@ def test_text_task_with_min_word_count_learns_whole_words(tmp_path):
 def test_text_ensemble_size_follows_the_training_set_size():
     """A null `ensemble_size` gives five classifiers up to 10,000 training
     sentences and one above; a size the user gives is kept."""
-    from training.data.common import TaskData
     from training.tasks import text_classification as text
 
     task = get_task("classification")

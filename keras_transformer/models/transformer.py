@@ -13,8 +13,10 @@ from keras_transformer.layers.token_and_position_embedding import (
 from keras_transformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_transformer.layers.validation import (
+    check_choice,
     check_divisible,
     check_positive_int,
+    check_rate,
     check_token_ids,
 )
 from keras_transformer.models._serialization import with_dtype_policy
@@ -283,8 +285,6 @@ class Transformer(XLADropoutMixin, keras.Model):
 
 def _validate(c):
     """Reject impossible sizes before any layer is built."""
-    from keras_transformer.layers.validation import check_choice, check_rate
-
     for name in ("vocabulary_size", "num_layers", "hidden_dim", "num_heads",
                  "intermediate_dim", "max_sequence_length"):
         check_positive_int(name, getattr(c, name))
