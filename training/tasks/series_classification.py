@@ -130,7 +130,8 @@ class SeriesClassification(Task):
 
     def recipe_defaults(self):
         # AdamW decay 0.05 (0.01 before): a few dozen series against ~70k
-        # weights; the hold-out runs of benchmarks/explore_series.py used 0.05.
+        # weights; the hold-out runs of the patch recipe used 0.05 (docs/experiment-log.md,
+        # "The patch recipe's rules, from hold-out runs").
         return {"weight_decay": 0.05}
 
     def check_config(self, config):
