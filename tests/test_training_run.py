@@ -185,6 +185,30 @@ def test_bad_config_is_refused_with_its_name(overrides, error, match):
         load_config("tiny", overrides)
 
 
+@pytest.mark.parametrize("override, instead", [
+    ("learning_rate_scale=2.0", "`learning_rate`"),
+    ("learning_rate_scale=1.0", "`learning_rate`"),  # a preset or --set: any value
+    ("average_last=3", 'selection="average_last"'),
+])
+def test_a_removed_field_is_refused_with_what_to_use_instead(override, instead):
+    with pytest.raises(ValueError, match="was removed") as caught:
+        load_config("tiny", [override])
+    message = str(caught.value)
+    assert instead in message and "--set " + override in message and "\n" not in message
+
+
+def test_an_older_runs_config_json_with_a_removed_field_at_its_default_loads():
+    """A config.json written before the removal holds both fields at their
+    defaults: it loads (a resumed run compares it with the new config); a
+    value other than the default is refused."""
+    values = load_config("tiny", FAST).to_dict()
+    assert "average_last" not in values and "learning_rate_scale" not in values
+    older = {**values, "learning_rate_scale": 1.0, "average_last": 0}
+    assert TrainingConfig.from_dict(older) == TrainingConfig.from_dict(values)
+    with pytest.raises(ValueError, match="average_last=5"):
+        TrainingConfig.from_dict({**values, "average_last": 5})
+
+
 def test_unknown_preset_and_missing_config_file():
     with pytest.raises(ValueError, match="nonexistent"):
         load_config("nonexistent")

@@ -517,14 +517,10 @@ def _fit_callbacks(session, planner, progress):
 def _select_and_evaluate(session, run, planner):
     """(the selection made, the task's metrics, seconds of each part)."""
     config = session.config
-    k = config.average_last if config.average_last > 1 else config.keep_epoch_checkpoints
-    choice = config.selection
-    if choice == "auto" and config.average_last > 1:
-        choice = "average_last"
     timed = budget.Stopwatch()
     with timed.phase("selection"):
-        chosen = selection.select(session.model, run.run_dir, k, session.validation_score,
-                                  choice)
+        chosen = selection.select(session.model, run.run_dir, config.keep_epoch_checkpoints,
+                                  session.validation_score, config.selection)
     metrics = run.task.evaluate(config, session.model, run.data, run.datasets.valid,
                                 planner.evaluation_plan())
     parts = {name: round(seconds, 2)

@@ -89,7 +89,7 @@ def resolve(config, task, hidden_dim, batch_tokens, total_steps):
     """
     if config.schedule == "paper":
         warmup = config.warmup_steps or PAPER_WARMUP
-        peak = TransformerSchedule(hidden_dim, warmup, config.learning_rate_scale)
+        peak = TransformerSchedule(hidden_dim, warmup)
         peak = peak.peak_learning_rate()
     else:
         warmup = config.warmup_steps or warmup_steps(total_steps)
@@ -112,9 +112,7 @@ def resolve(config, task, hidden_dim, batch_tokens, total_steps):
 def build_schedule(config, hidden_dim, recipe):
     """The learning-rate schedule of `config.schedule` for `recipe`."""
     if config.schedule == "paper":
-        return TransformerSchedule(
-            hidden_dim, recipe["warmup_steps"], config.learning_rate_scale
-        )
+        return TransformerSchedule(hidden_dim, recipe["warmup_steps"])
     return WarmupLinearSchedule(
         recipe["peak_learning_rate"], recipe["warmup_steps"], recipe["total_steps"]
     )
