@@ -45,8 +45,8 @@ import tensorflow as tf
 from keras_transformer.models import TransformerClassifier
 from training.config import load_config
 from training.data.readers import read_ucr
+from training.optimization.schedule import WarmupLinearSchedule
 from training.pipeline.series_augmentation import augment_series
-from training.recipe.schedule import WarmupLinearSchedule
 from training.recipe.series import series_recipe
 from training.tasks import get_task
 
@@ -113,7 +113,7 @@ def build_model(recipe, num_classes, length):
 
 def learning_rate(recipe, updates):
     if recipe["schedule"] == "rsqrt":
-        from training.recipe.schedule import TransformerSchedule
+        from training.optimization.schedule import TransformerSchedule
 
         return TransformerSchedule(
             recipe["hidden_dim"], recipe["warmup_steps"], recipe["learning_rate_scale"]

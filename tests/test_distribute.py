@@ -20,7 +20,7 @@ from training.distribute import (
     global_batch_note,
     validate_tf_config,
 )
-from training.recipe.losses import MaskedSparseCategoricalCrossentropy
+from training.optimization.losses import MaskedSparseCategoricalCrossentropy
 
 WORKER = pathlib.Path(__file__).with_name("multiworker_worker.py")
 VOCAB = 6

@@ -10,8 +10,11 @@ import pytest
 import tensorflow as tf
 
 from training.config import TrainingConfig
+from training.loop import timing
+from training.loop.time_budget import TimeBudget
+from training.optimization.optimizer import build_optimizer
+from training.optimization.schedule import WarmupLinearSchedule
 from training.recipe import adaptive, budget
-from training.recipe.schedule import WarmupLinearSchedule
 from training.tasks import get_task
 
 
@@ -128,13 +131,13 @@ def test_schedule_rejects_bad_plans(kwargs, match):
 
 
 def test_adamw_skips_biases_and_norms():
-    optimizer = adaptive.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.1)
+    optimizer = build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.1)
     dense, norm = keras.layers.Dense(2), keras.layers.LayerNormalization()
     dense.build((None, 2))
     norm.build((None, 2))
     decayed = {v.name: optimizer._use_weight_decay(v) for v in dense.weights + norm.weights}
     assert decayed == {"kernel": True, "bias": False, "gamma": False, "beta": False}
-    assert isinstance(adaptive.build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.0),
+    assert isinstance(build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.0),
                       keras.optimizers.Adam)
 
 
@@ -154,7 +157,7 @@ def test_plan_respects_the_step_cap_and_a_hopeless_budget():
 
 
 def test_step_timer_separates_compiling_steps():
-    timer = budget.StepTimer()
+    timer = timing.StepTimer()
     # A trace, two more compiles among ordinary 0.1 s steps (half compile).
     durations = [5.0, 0.1, 3.1, 0.1, 0.1, 2.1, 0.1, 0.1]
     timer.times = list(np.cumsum([0.0] + durations))
@@ -163,7 +166,7 @@ def test_step_timer_separates_compiling_steps():
 
 
 def test_step_timer_estimates_from_the_later_steps():
-    timer = budget.StepTimer()
+    timer = timing.StepTimer()
     # Warm-up steps a third slower than the rest, then the steady pace.
     durations = [4.0, 0.13, 0.13, 0.13, 0.12, 0.11] + [0.1] * 6
     timer.times = list(np.cumsum([0.0] + durations))
@@ -178,7 +181,7 @@ def test_step_timer_estimates_from_the_later_steps():
 
 def test_disable_dropout_turns_every_rate_off():
     from keras_transformer.models import Transformer
-    from training.recipe.budget import disable_dropout
+    from training.loop.dropout import disable_dropout
 
     model = Transformer(vocabulary_size=20, num_layers=1, hidden_dim=8, num_heads=2,
                         intermediate_dim=16, max_sequence_length=8, dropout=0.5)
@@ -198,7 +201,7 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace(monkeypatch):
 
     def _replan(config, plan, schedule, timer, deadline, checkpoint, steps_per_epoch,
                 max_steps):
-        planner = budget.TimeBudget(config, budget.Stopwatch(), steps_per_epoch, plan,
+        planner = TimeBudget(config, budget.Stopwatch(), steps_per_epoch, plan,
                                     deadline)
         planner.timer, planner.max_steps = timer, max_steps
         return planner.replan(schedule, checkpoint)
@@ -211,10 +214,10 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace(monkeypatch):
     config = TrainingConfig(task="translation", checkpoint_every_steps=1000)
     schedule = WarmupLinearSchedule(1e-3, 10, 100)
     plan = Plan(total_steps=100, warmup_steps=10, seconds_per_validation=2.0)
-    timer = budget.StepTimer()
+    timer = timing.StepTimer()
     timer.times = list(np.cumsum([0.0] + [0.05] * 20))  # 0.05 s per update
     checkpoint = SimpleNamespace(step=50, save_seconds=[])
-    deadline = budget.Deadline(time.time() + 20.0)
+    deadline = timing.Deadline(time.time() + 20.0)
     deadline.keep(0.0, 2.0)  # a stop's validation is planned for by the plan itself
     assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
     # ~19.2 s usable at 0.05 s an update plus a 2 s validation every 50
@@ -228,7 +231,7 @@ def test_a_budgeted_plan_is_revised_from_the_measured_pace(monkeypatch):
     timer.times = list(np.cumsum([0.0] + [0.5] * 20))
     assert _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
     assert plan.total_steps - 50 < 40
-    deadline = budget.Deadline(time.time())
+    deadline = timing.Deadline(time.time())
     assert not _replan(config, plan, schedule, timer, deadline, checkpoint, 50, 10_000)
 
 
@@ -237,7 +240,7 @@ def test_the_deadline_keeps_the_final_evaluation_with_its_margin():
     60-minute run's took 41.3 s against 36.7 s estimated); the end-of-epoch
     validation after a stop is kept as measured."""
     end = time.time() + 1000.0
-    deadline = budget.Deadline(end)
+    deadline = timing.Deadline(end)
     deadline.keep(40.0, 4.0)
     assert budget.FINAL_SLACK > 0
     assert deadline.seconds_final == pytest.approx(40.0 * (1 + budget.FINAL_SLACK))
@@ -275,7 +278,7 @@ def test_a_deadline_stop_leaves_the_epoch_end_validation_inside_the_budget():
     x, y = np.zeros((400, 2), "float32"), np.zeros((400, 1), "float32")
     slow = _Slow(step=0.01, validation=1.0)
 
-    class Timed(budget.Deadline):
+    class Timed(timing.Deadline):
         stopped_at = None
 
         def on_train_batch_end(self, batch, logs=None):

@@ -1,11 +1,11 @@
-"""Tests for training.recipe.schedule (paper Section 5.3)."""
+"""Tests for training.optimization.schedule (paper Section 5.3)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.recipe.schedule import TransformerSchedule, paper_optimizer
+from training.optimization.schedule import TransformerSchedule, paper_optimizer
 
 
 def paper_lrate(step_num, d_model, warmup):

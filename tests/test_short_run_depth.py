@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from training.config import load_config
+from training.loop.time_budget import TimeBudget, depth_cost_ratio
 from training.recipe import budget
-from training.recipe.budget import depth_cost_ratio
 from training.recipe.plan import Plan
 from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import load_run
@@ -92,7 +92,7 @@ def _shallow_plan(seconds_per_step, dropout_off=False):
 
 def _preset_depth_is_long(config, model, plan, num_layers, clock, steps_per_epoch, max_steps):
     """`TimeBudget.preset_depth_is_long` of a budget at `clock` planned as `plan`."""
-    planner = budget.TimeBudget(config, clock, steps_per_epoch, plan)
+    planner = TimeBudget(config, clock, steps_per_epoch, plan)
     planner.max_steps = max_steps
     return planner.preset_depth_is_long(model, num_layers)
 
@@ -187,14 +187,13 @@ def test_unbudgeted_short_run_builds_the_shallower_model_at_once(tmp_path):
 
 
 def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
-    """`_DropoutOffAt(step)`: one `fit` that turns dropout off after `step`
+    """`DropoutOffAt(step)`: one `fit` that turns dropout off after `step`
     updates ends with the weights of a `fit` of `step` updates with dropout
     followed by a `fit` without it (the resumed-run path: a revision found
     the run short at that update)."""
     import keras
 
-    from training.recipe.budget import disable_dropout
-    from training.train import _DropoutOffAt
+    from training.loop.dropout import DropoutOffAt, disable_dropout
 
     class Steps(keras.callbacks.Callback):  # the checkpoint's step counter
         step = 0
@@ -214,7 +213,7 @@ def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
 
     switched = fresh()
     steps = Steps()
-    switch = _DropoutOffAt(steps, 3)
+    switch = DropoutOffAt(steps, 3)
     switched.fit(x, y, batch_size=2, epochs=1, steps_per_epoch=7, shuffle=False,
                  callbacks=[steps, switch], verbose=0)
     assert switch.done and switched.layers[1].rate == 0.0

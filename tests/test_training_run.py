@@ -328,12 +328,12 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
     """Once the deadline fallback stops a `fit`, the run neither re-times its
     final evaluation nor trains again: it evaluates.  Re-timing first (a
     validation decode) put a 60-minute run 0.7 s past its budget."""
-    from training.recipe import budget
+    from training.loop import time_budget
     from training.tasks import get_task
 
     made, hit_when_timed = [], []
 
-    class StopsInTheFirstEpoch(budget.Deadline):
+    class StopsInTheFirstEpoch(time_budget.Deadline):
         def __init__(self, end):
             super().__init__(end)
             self.batches = 0
@@ -352,7 +352,7 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
         hit_when_timed.append(any(d.hit for d in made))
         return time_evaluation(self, *args, **kwargs)
 
-    monkeypatch.setattr(budget, "Deadline", StopsInTheFirstEpoch)
+    monkeypatch.setattr(time_budget, "Deadline", StopsInTheFirstEpoch)
     monkeypatch.setattr(task_class, "time_evaluation", recorded)
     config = load_config("tiny", FAST + ["epochs=1000", "time_budget_minutes=5"])
     metrics = train(config, tmp_path / "run", verbose=0)
@@ -386,7 +386,7 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
     re-skips the batches of the epochs before it."""
     import tensorflow as tf
 
-    from training.recipe.schedule import WarmupLinearSchedule
+    from training.optimization.schedule import WarmupLinearSchedule
     from training.runs.selection import read_scores
 
     skipped, skip = [], tf.data.Dataset.skip

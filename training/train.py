@@ -9,7 +9,7 @@ named step after another:
    (`Task.resolve_config`) and learn (or reload) the vocabulary;
 2. `_datasets`: the endless, seeded training stream, the validation set,
    the size of an epoch and the tokens of a batch;
-3. `budget.TimeBudget.for_run`: the plan (`plan.json` of a resumed run)
+3. `TimeBudget.for_run` (`training/loop/time_budget.py`): the plan (`plan.json` of a resumed run)
    and the clock of a time budget; `_choose_depth`: the model's depth;
 4. `_build_session`: model, schedule, optimizer, restored checkpoint and
    callbacks (a `_Session`);
@@ -46,12 +46,16 @@ from training.distribute import (
     worker_batch_note,
     worker_position,
 )
+from training.loop.callbacks import AfterEpoch, FirstUpdate, StopAtPlanEnd
+from training.loop.dropout import DropoutOffAt, disable_dropout
+from training.loop.time_budget import TimeBudget
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
+from training.optimization.optimizer import build_optimizer, build_schedule
 from training.pipeline.datasets import TruncationWarning
 from training.pipeline.streaming import PassLengths, data_error_message, worker_sharding
-from training.recipe import adaptive, budget
+from training.recipe import budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import (
@@ -116,7 +120,7 @@ class _Session:
     """One model of a run and what is built around it (`_build_session`).
 
     A run builds one, or two when a budgeted run goes from its short-run
-    depth to the preset's.  `budget.TimeBudget` times and revises through it.
+    depth to the preset's.  `TimeBudget` times and revises through it.
     """
 
     config: object  # the config the model was built from (its depth)
@@ -219,7 +223,7 @@ def _share_stream(corpus, strategy, run_dir, verbose):
 def _train_run(config, run, resumed, verbose, watch):
     """`_train_steps` from the datasets on: plan, fit, select, evaluate, save."""
     task, datasets, run_dir = run.task, run.datasets, run.run_dir
-    planner = budget.TimeBudget.for_run(
+    planner = TimeBudget.for_run(
         config, watch, datasets.steps_per_epoch, run_dir, resumed, _is_chief()
     )
     config, probe = _choose_depth(config, planner.plan)
@@ -380,8 +384,8 @@ def _build_session(config, run, planner):
     with run.strategy.scope():
         model, loss, metrics, hidden_dim = _build(config, task, data)
         recipe = planner.resolve_recipe(config, task, hidden_dim, run.datasets.batch_tokens)
-        schedule = adaptive.build_schedule(config, hidden_dim, recipe)
-        optimizer = adaptive.build_optimizer(schedule, recipe["weight_decay"])
+        schedule = build_schedule(config, hidden_dim, recipe)
+        optimizer = build_optimizer(schedule, recipe["weight_decay"])
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                       jit_compile=config.jit_compile)
     checkpoint = ResumableCheckpoint(
@@ -453,7 +457,7 @@ def _fit(session, run, planner, progress, verbose):
         barrier(run.strategy)  # every worker reads the chief's scores alike
         if planner.timer is not None and steps == steps_per_epoch:
             # The whole rest of the run, to the largest plan a revision
-            # can make; `_StopAtPlanEnd` ends it where the plan does.  (A
+            # can make; `StopAtPlanEnd` ends it where the plan does.  (A
             # shorter segment, the epoch the calibration began, is one
             # epoch already.)
             epochs = -(-planner.max_steps // steps_per_epoch)
@@ -487,15 +491,15 @@ def _fit_callbacks(session, planner, progress):
     deadline, dropout switched off, and a budgeted run's revisions."""
     checkpoint = session.checkpoint
     callbacks = session.callbacks + [c for c in (progress, planner.deadline) if c is not None]
-    callbacks.append(_FirstUpdate(planner.watch))
+    callbacks.append(FirstUpdate(planner.watch))
     # A revision may make a budgeted run short after it began with
-    # dropout: from then on it trains without (`_DropoutOffAt`), and a
+    # dropout: from then on it trains without (`DropoutOffAt`), and a
     # resumed run switches at the same update.
     dropout_off_at = planner.settle(preset_config(session.config).num_layers)
     if dropout_off_at is not None and checkpoint.step >= dropout_off_at:
-        budget.disable_dropout(session.model)
+        disable_dropout(session.model)
     elif dropout_off_at is not None:
-        callbacks = callbacks + [_DropoutOffAt(checkpoint, dropout_off_at)]
+        callbacks = callbacks + [DropoutOffAt(checkpoint, dropout_off_at)]
     if progress is not None:
         progress.set_plan(planner.plan.total_steps)
     if planner.timer is not None:
@@ -508,8 +512,8 @@ def _fit_callbacks(session, planner, progress):
 
         callbacks = callbacks + [
             planner.timer,
-            _StopAtPlanEnd(checkpoint, planner),
-            _AfterEpoch(revise),
+            StopAtPlanEnd(checkpoint, planner),
+            AfterEpoch(revise),
         ]
     return callbacks
 
@@ -536,72 +540,6 @@ def _save(session, run, metrics, watch):
     write_json_atomically(os.path.join(run.run_dir, "metrics.json"), metrics)
     write_final_metrics(run.logs_dir, session.config, metrics, int(session.checkpoint.step))
     compact_finished_run(run.run_dir)
-
-
-class _DropoutOffAt(keras.callbacks.Callback):
-    """Turns dropout off before the update after global step `step`.
-
-    A resumed run whose plan turned dropout off at `step` (a revision found
-    the run short) trains with dropout up to that update and without it
-    from there, as the run it resumes did.  `fit` looks its step function
-    up at every update, so the retraced one takes over at once.
-    """
-
-    def __init__(self, checkpoint, step):
-        super().__init__()
-        self.checkpoint = checkpoint
-        self.step = int(step)
-        self.done = False
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if not self.done and self.checkpoint.step >= self.step:
-            self.done = True
-            budget.disable_dropout(self.model)
-
-
-class _FirstUpdate(keras.callbacks.Callback):
-    """Marks the command's first update on its `Stopwatch` (`first_update_at_second`
-    in metrics.json: the start-up a user waits through, data and vocabulary
-    included); a budgeted run's first update is its calibration's, marked there."""
-
-    def __init__(self, watch):
-        super().__init__()
-        self.watch = watch
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.watch.mark("first_update")
-
-
-class _StopAtPlanEnd(keras.callbacks.Callback):
-    """Ends `fit` at the update that completes the plan (its `total_steps`).
-
-    The plan is read at every update, so a revision made after an epoch
-    moves the end of the `fit` already running.  Keras still validates the
-    epoch it stops in, as it does at an epoch's natural end.
-    """
-
-    def __init__(self, checkpoint, planner):
-        super().__init__()
-        self.checkpoint = checkpoint  # ordered before this callback: its step is current
-        self.planner = planner
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.checkpoint.step >= self.planner.plan.total_steps:
-            self.model.stop_training = True
-
-
-class _AfterEpoch(keras.callbacks.Callback):
-    """Calls `revise()` at each epoch's end, last of the callbacks; stops
-    `fit` when it returns True.  Nothing is revised in an epoch that already
-    stops `fit` (the plan's end, the deadline, early stopping)."""
-
-    def __init__(self, revise):
-        super().__init__()
-        self.revise = revise
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not self.model.stop_training and self.revise():
-            self.model.stop_training = True
 
 
 def _stream_from(stream, step):

@@ -55,7 +55,7 @@ import tensorflow as tf
 
 from keras_transformer.models import TransformerClassifier
 from training.data import synthetic_series
-from training.recipe.schedule import TransformerSchedule, paper_optimizer
+from training.optimization.schedule import TransformerSchedule, paper_optimizer
 
 tf.get_logger().setLevel("ERROR")  # no INFO lines for every all-reduce
 plt.rcParams.update({"figure.dpi": 80})

@@ -27,16 +27,6 @@ records in `plan.json`.
 
 import math
 
-import keras
-
-from training.recipe.schedule import (
-    PAPER_BETA_1,
-    PAPER_BETA_2,
-    PAPER_EPSILON,
-    TransformerSchedule,
-    WarmupLinearSchedule,
-)
-
 REFERENCE_WIDTH = 256
 REFERENCE_PEAK = 1e-3
 # Batches below this many tokens lower the peak by sqrt(batch / reference).
@@ -73,6 +63,11 @@ def peak_learning_rate(hidden_dim, batch_tokens=None):
     return REFERENCE_PEAK * width * batch
 
 
+def paper_peak_learning_rate(hidden_dim, warmup):
+    """The "paper" schedule's peak, reached at update `warmup`: d_model^-0.5 * warmup^-0.5."""
+    return int(hidden_dim) ** -0.5 * int(warmup) ** -0.5
+
+
 def warmup_steps(total_steps, share=WARMUP_SHARE):
     """A tenth of the run, at least min(100, total / 4), at most 4,000."""
     if total_steps < 2:
@@ -89,8 +84,7 @@ def resolve(config, task, hidden_dim, batch_tokens, total_steps):
     """
     if config.schedule == "paper":
         warmup = config.warmup_steps or PAPER_WARMUP
-        peak = TransformerSchedule(hidden_dim, warmup)
-        peak = peak.peak_learning_rate()
+        peak = paper_peak_learning_rate(hidden_dim, warmup)
     else:
         warmup = config.warmup_steps or warmup_steps(total_steps)
         warmup = min(warmup, total_steps - 1)
@@ -107,25 +101,3 @@ def resolve(config, task, hidden_dim, batch_tokens, total_steps):
         "weight_decay": float(weight_decay),
         "batch_tokens": float(batch_tokens),
     }
-
-
-def build_schedule(config, hidden_dim, recipe):
-    """The learning-rate schedule of `config.schedule` for `recipe`."""
-    if config.schedule == "paper":
-        return TransformerSchedule(hidden_dim, recipe["warmup_steps"])
-    return WarmupLinearSchedule(
-        recipe["peak_learning_rate"], recipe["warmup_steps"], recipe["total_steps"]
-    )
-
-
-def build_optimizer(schedule, weight_decay):
-    """Adam with the paper's betas and epsilon; AdamW when `weight_decay`.
-
-    AdamW's decay skips biases and LayerNorm scales and offsets.
-    """
-    common = dict(beta_1=PAPER_BETA_1, beta_2=PAPER_BETA_2, epsilon=PAPER_EPSILON)
-    if not weight_decay:
-        return keras.optimizers.Adam(schedule, **common)
-    optimizer = keras.optimizers.AdamW(schedule, weight_decay=weight_decay, **common)
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return optimizer

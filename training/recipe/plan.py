@@ -4,7 +4,7 @@ Every run has a plan: its learning-rate recipe (`adaptive.resolve`), the
 number of updates it makes, the depth of its model and whether it trains
 with dropout.  A run of `epochs` passes knows all of it before its first
 update; a time-budgeted run times a few updates first
-(`budget.TimeBudget.calibrate`) and revises the plan after each epoch.
+(`training.loop.time_budget.TimeBudget.calibrate`) and revises the plan after each epoch.
 
 `Plan` is that record.  On disk (`plan.json`) it is a flat JSON object:
 each field under its own name, a field that is None left out (it was

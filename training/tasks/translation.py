@@ -22,13 +22,13 @@ from training.monitor.tensorboard import (
     ValidationBleu,
     attention_example,
 )
-from training.pipeline import datasets, prepared, streaming
-from training.recipe import budget
-from training.recipe.losses import (
+from training.optimization.losses import (
     MaskedAccuracy,
     MaskedPerplexity,
     MaskedSparseCategoricalCrossentropy,
 )
+from training.pipeline import datasets, prepared, streaming
+from training.recipe import budget
 from training.serving.signatures import BEAM_SIZE, TranslatorModule
 from training.serving.tflite_programs import translator_tflite
 from training.tasks.base import Task
