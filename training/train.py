@@ -224,7 +224,7 @@ def _train_run(config, run, resumed, verbose, watch):
     """`_train_steps` from the datasets on: plan, fit, select, evaluate, save."""
     task, datasets, run_dir = run.task, run.datasets, run.run_dir
     planner = TimeBudget.for_run(
-        config, watch, datasets.steps_per_epoch, run_dir, resumed, _is_chief()
+        config, watch, datasets.steps_per_epoch, run_dir, resumed, _is_chief(), task
     )
     config, probe = _choose_depth(config, planner.plan)
     session = _build_session(config, run, planner)
@@ -355,7 +355,7 @@ def _choose_depth(config, plan):
     a budgeted one returns the preset's depth too, which it builds instead
     if even that would make enough passes (`_plan`).
     """
-    if plan is not None and plan.num_layers is not None:
+    if plan is not None:  # a `Plan`, or the `DepthChoice` a run made before its last kill
         return _with_num_layers(config, plan.num_layers), None
     if plan is None and _short_depth_applies(config):
         probe = None
@@ -383,9 +383,10 @@ def _build_session(config, run, planner):
     task, data = run.task, run.data
     with run.strategy.scope():
         model, loss, metrics, hidden_dim = _build(config, task, data)
-        recipe = planner.resolve_recipe(config, task, hidden_dim, run.datasets.batch_tokens)
+        recipe = planner.resolve_recipe(config, task, hidden_dim, run.datasets.batch_tokens,
+                                        preset_config(config).num_layers)
         schedule = build_schedule(config, hidden_dim, recipe)
-        optimizer = build_optimizer(schedule, recipe["weight_decay"])
+        optimizer = build_optimizer(schedule, recipe.weight_decay)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                       jit_compile=config.jit_compile)
     checkpoint = ResumableCheckpoint(
@@ -433,7 +434,7 @@ def _plan(session, run, planner, probe):
         estimate = planner.start_over(probe)  # a kill from here on resumes at this depth
         session = _build_session(_with_num_layers(session.config, probe), run, planner)
         planner.calibrate(session, run.datasets)
-        planner.plan.preset_depth_passes = estimate
+        planner.plan = planner.plan.with_measured(preset_depth_passes=estimate)
     planner.finish_planning()
     return session
 
@@ -495,7 +496,7 @@ def _fit_callbacks(session, planner, progress):
     # A revision may make a budgeted run short after it began with
     # dropout: from then on it trains without (`DropoutOffAt`), and a
     # resumed run switches at the same update.
-    dropout_off_at = planner.settle(preset_config(session.config).num_layers)
+    dropout_off_at = planner.settle()
     if dropout_off_at is not None and checkpoint.step >= dropout_off_at:
         disable_dropout(session.model)
     elif dropout_off_at is not None:
@@ -526,7 +527,7 @@ def _select_and_evaluate(session, run, planner):
         chosen = selection.select(session.model, run.run_dir, config.keep_epoch_checkpoints,
                                   session.validation_score, config.selection)
     metrics = run.task.evaluate(config, session.model, run.data, run.datasets.valid,
-                                planner.evaluation_plan())
+                                planner.final_evaluation())
     parts = {name: round(seconds, 2)
              for name, seconds in {**timed.phases, **metrics.pop("eval_parts", {})}.items()}
     return chosen, metrics, parts

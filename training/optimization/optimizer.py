@@ -12,11 +12,11 @@ from training.optimization.schedule import (
 
 
 def build_schedule(config, hidden_dim, recipe):
-    """The learning-rate schedule of `config.schedule` for `recipe`."""
+    """The learning-rate schedule of `config.schedule` for `recipe` (a `Recipe`)."""
     if config.schedule == "paper":
-        return TransformerSchedule(hidden_dim, recipe["warmup_steps"])
+        return TransformerSchedule(hidden_dim, recipe.warmup_steps)
     return WarmupLinearSchedule(
-        recipe["peak_learning_rate"], recipe["warmup_steps"], recipe["total_steps"]
+        recipe.peak_learning_rate, recipe.warmup_steps, recipe.total_steps
     )
 
 

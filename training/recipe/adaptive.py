@@ -27,6 +27,8 @@ records in `plan.json`.
 
 import math
 
+from training.recipe.plan import Recipe
+
 REFERENCE_WIDTH = 256
 REFERENCE_PEAK = 1e-3
 # Batches below this many tokens lower the peak by sqrt(batch / reference).
@@ -77,7 +79,7 @@ def warmup_steps(total_steps, share=WARMUP_SHARE):
 
 
 def resolve(config, task, hidden_dim, batch_tokens, total_steps):
-    """The schedule and optimizer values a run uses (a JSON-able dict).
+    """The schedule and optimizer values a run uses: its `Recipe`.
 
     `task` (a `training.tasks.Task`) says whether the peak scales with the
     batch's tokens and gives its default weight decay.
@@ -93,11 +95,11 @@ def resolve(config, task, hidden_dim, batch_tokens, total_steps):
     weight_decay = config.weight_decay
     if weight_decay is None:
         weight_decay = 0.0 if config.schedule == "paper" else task.recipe_defaults()["weight_decay"]
-    return {
-        "schedule": config.schedule,
-        "peak_learning_rate": float(peak),
-        "warmup_steps": int(warmup),
-        "total_steps": int(total_steps),
-        "weight_decay": float(weight_decay),
-        "batch_tokens": float(batch_tokens),
-    }
+    return Recipe(
+        schedule=config.schedule,
+        peak_learning_rate=float(peak),
+        warmup_steps=int(warmup),
+        total_steps=int(total_steps),
+        weight_decay=float(weight_decay),
+        batch_tokens=float(batch_tokens),
+    )
