@@ -148,6 +148,28 @@ def test_deterministic_run_gives_the_process_its_op_determinism_back(tmp_path):
         tf_config.disable_op_determinism()
 
 
+def test_train_lists_the_runs_steps_in_one_screen():
+    """`train` is the run's steps in order, each a call named for what it
+    does, under 40 lines; the worker's role is read once, there."""
+    import ast
+    import inspect
+
+    import training.train as train_module
+
+    source = inspect.getsource(train_module)
+    function = next(node for node in ast.parse(source).body
+                    if isinstance(node, ast.FunctionDef) and node.name == "train")
+    assert function.end_lineno - function.lineno + 1 < 40
+    calls = sorted((node for node in ast.walk(function)
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)),
+                   key=lambda node: (node.lineno, node.col_offset))
+    called = [node.func.id for node in calls]
+    steps = ["_load_data", "_datasets", "_planner", "_build_session", "_plan", "_fit",
+             "_select_and_evaluate", "_save"]
+    assert [name for name in called if name in steps] == steps
+    assert source.count("worker_role()") == 1
+
+
 def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
     config = load_config("tiny", FAST)
     run_dir = tmp_path / "run"

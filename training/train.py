@@ -1,16 +1,20 @@
 """From a `TrainingConfig` to a trained, evaluated run directory.
 
-`train(config, run_dir)` validates the config, takes the run directory
-(one process per directory) and sets the process-wide seed, op
-determinism and dtype policy for the run; `_train` is the run itself, one
-named step after another:
+`train(config, run_dir)` is the run's steps, in order, inside what the
+run holds: its directory (one process per directory: `_run_directory`),
+the process-wide seed, op determinism and dtype policy
+(`_process_settings`), a streamed corpus's bad line told in one message
+(`_data_errors_explained`) and its summaries folder (`_logs_dir`).  The
+worker's role (`training.distribute.worker_role`) is read once and
+carried.  The steps:
 
 1. `_load_data`: read the data, fill the config's data-sized fields
    (`Task.resolve_config`) and learn (or reload) the vocabulary;
 2. `_datasets`: the endless, seeded training stream, the validation set,
    the size of an epoch and the tokens of a batch;
-3. `TimeBudget.for_run` (`training/loop/time_budget.py`): the plan (`plan.json` of a resumed run)
-   and the clock of a time budget; `_choose_depth`: the model's depth;
+3. `_planner` (`training/loop/time_budget.py`): the plan (`plan.json` of a
+   resumed run) and the clock of a time budget; `_choose_depth`: the
+   model's depth;
 4. `_build_session`: model, schedule, optimizer, restored checkpoint and
    callbacks (a `_Session`);
 5. `_plan`: a budgeted run times its first updates and plans the rest
@@ -30,7 +34,6 @@ the plan's (`training/recipe/budget.py`, `training/recipe/plan.py`).
 
 import contextlib
 import dataclasses
-import json
 import os
 import tempfile
 import warnings
@@ -41,10 +44,12 @@ from tensorflow.python.framework import config as tf_config
 
 from training.data.shards import StreamedCorpus, seeded_sample
 from training.distribute import (
+    WorkerRole,
     barrier,
     build_strategy,
     worker_batch_note,
     worker_position,
+    worker_role,
 )
 from training.loop.callbacks import AfterEpoch, FirstUpdate, StopAtPlanEnd
 from training.loop.dropout import DropoutOffAt, disable_dropout
@@ -69,14 +74,6 @@ from training.tasks.common import preset_config, with_cardinality
 
 #: Examples of a streamed corpus's sample whose batching estimates an epoch.
 ESTIMATE_EXAMPLES = 20_000
-
-
-def _is_chief():
-    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-    task = tf_config.get("task", {})
-    return task.get("type", "worker") == "chief" or (
-        task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
-    )
 
 
 @dataclasses.dataclass
@@ -106,13 +103,8 @@ class _Run:
     datasets: _Datasets
     run_dir: str
     strategy: tf.distribute.Strategy
-    worker_logs: str = None  # a non-chief worker's private logs folder
-
-    @property
-    def logs_dir(self):
-        """Where summaries go: the run directory's for the chief; a
-        temporary folder of its own for another worker (never read)."""
-        return self.worker_logs or os.path.join(self.run_dir, "logs")
+    role: WorkerRole  # whether this process writes the run directory
+    logs_dir: str  # where summaries go (`_logs_dir`)
 
 
 @dataclasses.dataclass
@@ -145,64 +137,91 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
     watch = budget.Stopwatch(started_at)
     config.validate()  # the task's own checks too (Task.check_config)
     strategy = build_strategy(config.strategy)  # fails early if it cannot be built
-    # One process per run directory (multi-worker workers share it; the
-    # chief holds the lock).
-    with RunDirLock(run_dir) if _is_chief() else contextlib.nullcontext():
-        resumed = prepare_run_dir(run_dir, config, overwrite) if _is_chief() else (
-            _worker_resumes(run_dir))
-        keras.utils.set_random_seed(config.seed)
-        # Op determinism and the dtype policy are process-wide: set them for
-        # this run and give the caller's back afterwards (a deterministic run
-        # left on would, among others, make Keras drop jit_compile silently
-        # in every later run of the process).
-        determinism_was = tf_config.is_op_determinism_enabled()
-        if config.deterministic:
-            tf.config.experimental.enable_op_determinism()
-        keras.config.set_dtype_policy(config.precision)
-        try:
-            return _train(config, os.fspath(run_dir), strategy, resumed, verbose, watch)
-        finally:
-            keras.config.set_dtype_policy("float32")
-            if not determinism_was:
-                # No public API turns it off; this is what enable() undoes.
-                tf_config.disable_op_determinism()
+    run_dir, role = os.fspath(run_dir), worker_role()
+    with (_run_directory(run_dir, config, overwrite, role) as resumed,
+          _process_settings(config), _data_errors_explained(),
+          _logs_dir(run_dir, role) as logs_dir):
+        task = get_task(config.task)
+        config, data = _load_data(config, task, run_dir, role, watch, verbose)
+        _share_stream(data, strategy, run_dir, role, verbose)
+        with watch.phase("data"):
+            datasets = _datasets(config, task, data)
+        run = _Run(task, data, datasets, run_dir, strategy, role, logs_dir)
+        planner = _planner(config, run, resumed, watch)
+        config, probe = _choose_depth(config, planner.plan)
+        session = _build_session(config, run, planner)
+        progress, verbose = _progress(session, run, planner, resumed, verbose, watch)
+        with watch.phase("train"):
+            session = _plan(session, run, planner, probe)
+            history = _fit(session, run, planner, progress, verbose)
+        with watch.phase("eval"):
+            chosen, metrics, parts = _select_and_evaluate(session, run, planner)
+        metrics.update(_run_record(session, run, planner, chosen, parts, history))
+        if role.is_chief:
+            _save(session, run, metrics, watch)
+        return metrics
 
 
-def _worker_resumes(run_dir):
-    """Whether a non-chief worker resumes: the chief prepares (and checks)
-    the shared run directory; another worker only reads whether it holds a
-    checkpoint to restore."""
-    return os.path.isfile(os.path.join(run_dir, "checkpoints", "resume", "LATEST"))
+@contextlib.contextmanager
+def _run_directory(run_dir, config, overwrite, role):
+    """Yields whether the run resumes.  The chief locks the directory (one
+    process per run directory; multi-worker workers share it) and prepares
+    it; another worker only reads whether it holds a checkpoint to restore."""
+    if not role.is_chief:
+        yield os.path.isfile(os.path.join(run_dir, "checkpoints", "resume", "LATEST"))
+        return
+    with RunDirLock(run_dir):
+        yield prepare_run_dir(run_dir, config, overwrite)
 
 
-def _train(config, run_dir, strategy, resumed, verbose, watch):
+@contextlib.contextmanager
+def _process_settings(config):
+    """The run's seed, op determinism and dtype policy.
+
+    Op determinism and the dtype policy are process-wide: set for this run,
+    and the caller's given back afterwards (a deterministic run left on
+    would, among others, make Keras drop jit_compile silently in every
+    later run of the process).
+    """
+    keras.utils.set_random_seed(config.seed)
+    determinism_was = tf_config.is_op_determinism_enabled()
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.config.set_dtype_policy(config.precision)
     try:
-        return _train_steps(config, run_dir, strategy, resumed, verbose, watch)
+        yield
+    finally:
+        keras.config.set_dtype_policy("float32")
+        if not determinism_was:
+            # No public API turns it off; this is what enable() undoes.
+            tf_config.disable_op_determinism()
+
+
+@contextlib.contextmanager
+def _data_errors_explained():
+    """A streamed corpus's bad line, found when the stream reached it, as a
+    ValueError naming the file and line (`data_error_message`)."""
+    try:
+        yield
     except tf.errors.InvalidArgumentError as error:
-        # A streamed corpus's bad line, found when the stream reached it.
         message = data_error_message(error)
         if message is None:
             raise
         raise ValueError(message) from None
 
 
-def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
-    task = get_task(config.task)
-    config, data = _load_data(config, task, run_dir, watch)
-    if verbose and data.summary:
-        print(data.summary, flush=True)
-    if isinstance(data.train, StreamedCorpus):
-        _share_stream(data.train, strategy, run_dir, verbose)
-    with watch.phase("data"):
-        datasets = _datasets(config, task, data)
-    with contextlib.ExitStack() as stack:
-        worker_logs = None if _is_chief() else stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="worker-logs-"))
-        run = _Run(task, data, datasets, run_dir, strategy, worker_logs)
-        return _train_run(config, run, resumed, verbose, watch)
+@contextlib.contextmanager
+def _logs_dir(run_dir, role):
+    """Where summaries go: the run directory's for the chief; a temporary
+    folder of its own for another worker (never read)."""
+    if role.is_chief:
+        yield os.path.join(run_dir, "logs")
+        return
+    with tempfile.TemporaryDirectory(prefix="worker-logs-") as folder:
+        yield folder
 
 
-def _share_stream(corpus, strategy, run_dir, verbose):
+def _share_stream(data, strategy, run_dir, role, verbose):
     """Gives a streamed corpus this worker's share and its pass record.
 
     Under a multi-worker strategy each worker streams its own share
@@ -211,67 +230,68 @@ def _share_stream(corpus, strategy, run_dir, verbose):
     another worker's share has passes of other lengths, so it keeps its
     record in memory (a resume re-reads its stream up to the step).
     """
+    corpus = data.train
+    if not isinstance(corpus, StreamedCorpus):
+        return
     corpus.workers = worker_position(strategy)
     num_workers, _ = corpus.workers
-    path = os.path.join(run_dir, "stream_passes.json") if _is_chief() else None
-    corpus.pass_lengths = PassLengths(path, write=_is_chief())
+    path = os.path.join(run_dir, "stream_passes.json") if role.is_chief else None
+    corpus.pass_lengths = PassLengths(path, write=role.is_chief)
     if num_workers > 1 and verbose:
         share = worker_sharding(len(corpus.columns[0]), *corpus.workers)
         print(f"{share.describe()} {worker_batch_note(num_workers)}", flush=True)
 
 
-def _train_run(config, run, resumed, verbose, watch):
-    """`_train_steps` from the datasets on: plan, fit, select, evaluate, save."""
-    task, datasets, run_dir = run.task, run.datasets, run.run_dir
-    planner = TimeBudget.for_run(
-        config, watch, datasets.steps_per_epoch, run_dir, resumed, _is_chief(), task
-    )
-    config, probe = _choose_depth(config, planner.plan)
-    session = _build_session(config, run, planner)
+def _planner(config, run, resumed, watch):
+    """The run's `TimeBudget`, with the plan a resumed run made."""
+    return TimeBudget.for_run(config, watch, run.datasets.steps_per_epoch, run.run_dir,
+                              resumed, run.role.is_chief, run.task)
+
+
+def _progress(session, run, planner, resumed, verbose, watch):
+    """(the `RunProgress` of verbose="auto", or None; `fit`'s own verbosity).
+
+    verbose="auto": our own line per epoch (a bar in a terminal) with the
+    run's time left; an integer: Keras' own progress output.
+    """
     if resumed and verbose:
-        print(f"Resuming {run_dir} from step {session.checkpoint.step}.", flush=True)
-    # verbose="auto": our own line per epoch (a bar in a terminal) with the
-    # run's time left; an integer: Keras' own progress output.
-    progress = None
-    if verbose == "auto":
-        progress = RunProgress(planner.plan.total_steps, datasets.steps_per_epoch,
-                               config.epochs, started_at=watch.started_at)
-        verbose = 0
-    with watch.phase("train"):
-        if not planner.plan.planned:
-            session = _plan(session, run, planner, probe)
-        if _is_chief():
-            write_hparams(run.logs_dir, session.config)
-        history = _fit(session, run, planner, progress, verbose)
-    with watch.phase("eval"):
-        barrier(run.strategy)  # the chief's last epoch written before workers select
-        chosen, metrics, parts = _select_and_evaluate(session, run, planner)
-    metrics.update({
+        print(f"Resuming {run.run_dir} from step {session.checkpoint.step}.", flush=True)
+    if verbose != "auto":
+        return None, verbose
+    progress = RunProgress(planner.plan.total_steps, run.datasets.steps_per_epoch,
+                           session.config.epochs, started_at=watch.started_at)
+    return progress, 0
+
+
+def _run_record(session, run, planner, chosen, parts, history):
+    """What metrics.json records of the run beside the task's figures."""
+    config = session.config
+    return {
         "steps": int(session.checkpoint.step),
-        "steps_per_epoch": datasets.steps_per_epoch,
+        "steps_per_epoch": run.datasets.steps_per_epoch,
         "epochs": config.epochs,
-        "from_data": {n: getattr(config, n) for n in task.data_fields},
+        "from_data": {n: getattr(config, n) for n in run.task.data_fields},
         "plan": planner.plan.to_json(),
         "selection": chosen,
         "eval_parts_seconds": parts,
         "stopped_by_deadline": bool(planner.deadline is not None and planner.deadline.hit),
         "history": {k: [float(v) for v in vals] for k, vals in history.items()},
-    })
-    if _is_chief():
-        _save(session, run, metrics, watch)
-    return metrics
+    }
 
 
-def _load_data(config, task, run_dir, watch):
+def _load_data(config, task, run_dir, role, watch, verbose):
     """(config with its data-sized fields filled, the task's data); the
-    vocabulary and class names learnt, or reloaded on resume."""
+    vocabulary and class names learnt (written by the chief), or reloaded
+    on resume."""
     with watch.phase("data"):
         data = task.load_data(config, run_dir)
     # Sizes the config leaves null come from the data (`Task.data_fields`);
     # the same data give the same values on resume.
     config = task.resolve_config(config, data)
     with watch.phase("vocabulary"):
-        task.prepare(config, data, run_dir, write=_is_chief())
+        task.prepare(config, data, run_dir, write=role.is_chief)
+    if verbose and data.summary:
+        print(data.summary, flush=True)
     return config, data
 
 
@@ -391,7 +411,7 @@ def _build_session(config, run, planner):
                       jit_compile=config.jit_compile)
     checkpoint = ResumableCheckpoint(
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
-        is_chief=_is_chief(),
+        is_chief=run.role.is_chief,
     )
     with run.strategy.scope():  # a distributed optimizer builds its slots in its scope
         checkpoint.restore(model)
@@ -406,12 +426,12 @@ def _build_session(config, run, planner):
     callbacks += [
         selection.EpochScores(
             run.run_dir, monitor, mode, config.keep_epoch_checkpoints,
-            config.early_stopping_patience, is_chief=_is_chief(),
+            config.early_stopping_patience, is_chief=run.role.is_chief,
         ),
         LearningRateLogger(),
         WallClockTimer(),
     ]
-    if _is_chief():  # summaries are the chief's alone
+    if run.role.is_chief:  # summaries are the chief's alone
         callbacks += [
             StepScalars(os.path.join(run.logs_dir, "train"), config.log_every_steps),
             keras.callbacks.TensorBoard(run.logs_dir),
@@ -428,6 +448,8 @@ def _plan(session, run, planner, probe):
     pay, that depth is built and planned afresh, as if never shallower (its
     checkpoints and updates are gone).  Returns the session the run trains.
     """
+    if planner.plan.planned:  # a run of `epochs` passes, or a resumed one
+        return session
     planner.calibrate(session, run.datasets)
     if probe is not None and planner.preset_depth_is_long(session.model, probe):
         session.checkpoint.discard()
@@ -451,6 +473,8 @@ def _fit(session, run, planner, progress, verbose):
     """
     config, model, checkpoint = session.config, session.model, session.checkpoint
     steps_per_epoch, deadline = run.datasets.steps_per_epoch, planner.deadline
+    if run.role.is_chief:
+        write_hparams(run.logs_dir, config)
     callbacks = _fit_callbacks(session, planner, progress)
     history = {}
     while segments := _segments(checkpoint.step, planner.plan.total_steps, steps_per_epoch):
@@ -522,6 +546,7 @@ def _fit_callbacks(session, planner, progress):
 def _select_and_evaluate(session, run, planner):
     """(the selection made, the task's metrics, seconds of each part)."""
     config = session.config
+    barrier(run.strategy)  # the chief's last epoch written before workers select
     timed = budget.Stopwatch()
     with timed.phase("selection"):
         chosen = selection.select(session.model, run.run_dir, config.keep_epoch_checkpoints,
