@@ -44,7 +44,7 @@ from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
 from training.data import synthetic_series
 from training.data.readers import read_ucr
-from training.recipe.schedule import paper_optimizer
+from training.optimization.schedule import paper_optimizer
 
 keras.utils.set_random_seed(0)
 plt.rcParams.update({"figure.dpi": 80})

@@ -280,7 +280,7 @@ def load_run(run_dir):
     import keras
 
     import keras_transformer  # noqa: F401  (registers the serializable classes)
-    import training.recipe.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
+    import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
     from training.tasks import get_task
 
     run_dir = os.fspath(run_dir)
