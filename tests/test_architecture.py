@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("keras_transformer", "training", "export")
+PACKAGES = ("keras_transformer", "training", "export", "cli")
 
 # Lowest first; a module may import its own layer or one below it.  A
 # module belongs to the longest prefix that names it.
@@ -31,7 +31,7 @@ LAYERS = (
     ("export.quantize", "export.fresh_process", "export.saved_model_cli",
      "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify",
      "export.ctranslate2"),
-    ("training.cli", "export.cli", "training.__main__", "export.__main__"),
+    ("cli", "training.__main__", "export.__main__"),
 )
 
 

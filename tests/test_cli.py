@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-import export.cli
+from cli import config_help, export_commands, training_commands
+from cli.config_help import first_sentence
 from tests.conftest import REPO_ROOT
-from training.cli import commands, config_help
-from training.cli.config_help import first_sentence
 from training.config import CONFIG_DIR, TrainingConfig, available_presets, load_config
 from training.tasks.options import OPTIONS, option_names
 
@@ -28,7 +27,7 @@ def _train(tmp_path, *overrides, config="tiny", run="run"):
     return argv
 
 
-def _refused(capsys, argv, match, main=commands.main):
+def _refused(capsys, argv, match, main=training_commands.main):
     """Runs `main(argv)`; checks exit status 2 and one `error:` line naming `match`."""
     status = main(argv)
     err = capsys.readouterr().err
@@ -43,7 +42,7 @@ def _refused(capsys, argv, match, main=commands.main):
 
 def _help(capsys, argv):
     with pytest.raises(SystemExit) as exit_info:
-        commands.main(argv)
+        training_commands.main(argv)
     assert exit_info.value.code == 0
     return capsys.readouterr().out
 
@@ -166,7 +165,7 @@ def test_field_docs_read_comments_groups_types_and_choices():
 
 
 def test_presets_prints_one_line_per_preset_file(capsys):
-    assert commands.main(["presets"]) == 0
+    assert training_commands.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     files = sorted(CONFIG_DIR.glob("*.json"))
     assert [line.split()[0] for line in lines] == [p.stem for p in files]
@@ -241,16 +240,16 @@ def test_evaluate_without_a_run_is_one_error_line(capsys, tmp_path):
 
 def test_debug_lets_the_exception_through(tmp_path):
     with pytest.raises(ValueError, match="epochs=0"):
-        commands.main(_train(tmp_path, "epochs=0") + ["--debug"])
+        training_commands.main(_train(tmp_path, "epochs=0") + ["--debug"])
     with pytest.raises(ValueError, match="epochs=0"):
-        commands.main(["--debug"] + _train(tmp_path, "epochs=0"))
+        training_commands.main(["--debug"] + _train(tmp_path, "epochs=0"))
 
 
 def test_export_errors_are_one_error_line(capsys, tmp_path):
     argv = ["saved-model", "--run-dir", str(tmp_path / "none"), "--output", str(tmp_path / "x")]
-    _refused(capsys, argv, "model.keras", main=export.cli.main)
+    _refused(capsys, argv, "model.keras", main=export_commands.main)
     with pytest.raises(FileNotFoundError):
-        export.cli.main(argv + ["--debug"])
+        export_commands.main(argv + ["--debug"])
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from export_fixtures import (
 )
 
 import export.saved_model
-from export import cli
+from cli import export_commands
 from export.saved_model import export_saved_model
 from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
 from export.tflite import export_tflite
@@ -289,9 +289,9 @@ def test_cli_saved_model_uses_the_run_dir(
     fake.load_run = lambda run_dir: run
     monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
     output = str(tmp_path / "export")
-    assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
+    assert export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
     assert os.path.isfile(os.path.join(output, "saved_model.pb"))
-    assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 2
+    assert export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 2
     assert "already exists" in capsys.readouterr().err
 
 
@@ -308,10 +308,10 @@ def test_cli_verify_checks_saved_model_and_tflite(
     monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
     saved_model, tflite = str(tmp_path / "export"), str(tmp_path / "model.tflite")
     assert (
-        cli.main(["saved-model", "--run-dir", run.run_dir, "--output", saved_model])
+        export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", saved_model])
         == 0
     )
-    assert cli.main(["tflite", "--run-dir", run.run_dir, "--output", tflite]) == 0
+    assert export_commands.main(["tflite", "--run-dir", run.run_dir, "--output", tflite]) == 0
     capsys.readouterr()
     argv = [
         "verify",
@@ -322,7 +322,7 @@ def test_cli_verify_checks_saved_model_and_tflite(
         "--tflite",
         tflite,
     ]
-    assert cli.main(argv) == 0
+    assert export_commands.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["saved_model"]["saved_model_cli"] == []
     assert report["tflite"]["max_abs_diff"] <= 1e-5

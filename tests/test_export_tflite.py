@@ -20,7 +20,7 @@ from export_fixtures import (
 )
 
 import training.data.atomic
-from export import cli
+from cli import export_commands
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from training.serving.tflite_programs import translator_output_length
@@ -146,5 +146,5 @@ def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatc
         "--quantize",
         "float16",
     ]
-    assert cli.main(argv) == 0
+    assert export_commands.main(argv) == 0
     assert verify_tflite(output, classifier, EXAMPLES, tokenizer=tokenizer)["ok"]

@@ -19,8 +19,8 @@ output or a bad argument prints `error: <message>` and exits with 2;
 import argparse
 import json
 
-from training.cli.errors import add_debug_flag, run_reporting_errors
-from training.cli.quiet import quiet_tensorflow
+from cli.errors import add_debug_flag, run_reporting_errors
+from cli.quiet import quiet_tensorflow
 from training.serving import QUANTIZATIONS
 
 #: `export.ctranslate2.QUANTIZATIONS`, repeated so that `--help` imports nothing heavy.

@@ -15,7 +15,7 @@
 
 A bad config value, data file or model size prints `error: <message>` and
 exits with 2; `--debug` shows the traceback instead, and TensorFlow's start-up
-lines, which the commands otherwise hide (`training.cli.quiet`).
+lines, which the commands otherwise hide (`cli.quiet`).
 """
 
 import argparse
@@ -23,9 +23,9 @@ import json
 import sys
 import time
 
-from training.cli.config_help import help_task, presets_help, task_fields_help
-from training.cli.errors import add_debug_flag, run_reporting_errors
-from training.cli.quiet import quiet_tensorflow
+from cli.config_help import help_task, presets_help, task_fields_help
+from cli.errors import add_debug_flag, run_reporting_errors
+from cli.quiet import quiet_tensorflow
 
 # A time budget counts from the command's start, imports included.
 STARTED_AT = time.time()
@@ -158,7 +158,7 @@ def _run(args):
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2,
                          ensure_ascii=False))
         return 0
-    from training.cli.main_job import run_main_job
+    from cli.main_job import run_main_job
 
     return run_main_job(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
 
