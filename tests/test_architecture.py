@@ -3,6 +3,12 @@
 Every import of the package's modules is read from the source (top-level
 and inside functions alike, so an import "on use" cannot hide a cycle),
 and checked against the layers of docs/architecture.md, lowest first.
+
+The command line (`cli/`) is the one package that imports both `training`
+and `export`.  `training/__main__.py` and `export/__main__.py` are entry
+points, not modules of their package: `python -m training` and `python -m
+export` run them, and they only hand over to the command line, so they sit
+in its layer and may import it.
 """
 
 import ast
@@ -33,6 +39,14 @@ LAYERS = (
      "export.ctranslate2"),
     ("cli", "training.__main__", "export.__main__"),
 )
+
+#: The packages each package may not import, entry points aside: only the
+#: command line imports both training and export.
+FORBIDDEN = {
+    "keras_transformer": ("training", "export", "cli"),
+    "training": ("export", "cli"),
+    "export": ("cli",),
+}
 
 
 def _modules():
@@ -142,6 +156,42 @@ def test_imports_point_down():
         if _layer(target) > _layer(name)
     ]
     assert upward == []
+
+
+def is_entry_point(name):
+    """Whether `name` is a `__main__` module, the script of `python -m PACKAGE`."""
+    return name.rpartition(".")[2] == "__main__"
+
+
+def forbidden_imports(graph):
+    """["module imports target", ...] for each import `FORBIDDEN` refuses."""
+    return [
+        f"{name} imports {target}"
+        for name, targets in sorted(graph.items())
+        if not is_entry_point(name)
+        for target in sorted(targets)
+        if target.split(".")[0] in FORBIDDEN.get(name.split(".")[0], ())
+    ]
+
+
+def test_only_the_command_line_imports_both_training_and_export():
+    modules, graph = _graph()
+    assert forbidden_imports(graph) == []
+    # A package's own modules aside, which modules import both packages.
+    both = {name for name, targets in graph.items()
+            if {"training", "export"} <= {t.split(".")[0] for t in targets}
+            - {name.split(".")[0]}}
+    assert both and {name.split(".")[0] for name in both} == {"cli"}
+
+
+def test_the_package_rule_finds_a_forbidden_import():
+    graph = {"training.train": {"export.saved_model": 3, "training.config": 4},
+             "export.verify": {"training.tasks": 5, "cli.errors": 6},
+             "training.__main__": {"cli.training_commands": 7},
+             "cli.main_job": {"training.train": 8, "export.saved_model": 9}}
+    assert forbidden_imports(graph) == [
+        "export.verify imports cli.errors", "training.train imports export.saved_model",
+    ]
 
 
 @pytest.mark.parametrize("source, target", [

@@ -181,6 +181,37 @@ def test_first_sentence():
     assert config_help.first_sentence("No stop") == "No stop"
 
 
+# Runs the commands that need no model, then prints their exit statuses and
+# which of TensorFlow, tensorflow-text and Keras they imported.
+_LIGHT_COMMANDS = """
+import contextlib, io, json, sys
+from cli import export_commands, training_commands
+statuses = []
+for main, argv in [(training_commands.main, ["--help"]),
+                   (training_commands.main, ["train", "--config", "trec", "--help"]),
+                   (training_commands.main, ["presets"]),
+                   (training_commands.main, ["train", "--no-such-flag"]),
+                   (export_commands.main, ["--help"]),
+                   (export_commands.main, ["tflite", "--help"])]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            statuses.append(main(argv))
+        except SystemExit as exit:
+            statuses.append(exit.code)
+heavy = [m for m in ("tensorflow", "tensorflow_text", "keras") if m in sys.modules]
+print(json.dumps([statuses, heavy]))
+"""
+
+
+def test_help_presets_and_bad_arguments_import_no_tensorflow():
+    """Why the commands import their work after parsing: `--help` answers at once."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run([sys.executable, "-c", _LIGHT_COMMANDS], env=env, cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [[0, 0, 0, 2, 0, 0], []]
+
+
 # --- errors -----------------------------------------------------------------
 
 

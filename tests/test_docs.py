@@ -33,7 +33,7 @@ SESSION_NUMBER = re.compile(r"sessions? [0-9]+", flags=re.I)
 #: A path of the machine that ran something: scratch folders, home folders, an interpreter.
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:tmp|root|home|work|Users)/")
 #: A repository path in backticks: `training/recipe/adaptive.py`, `benchmarks/results/x.json`.
-REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests)/[\w./-]+)`")
+REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests|cli)/[\w./-]+)`")
 #: A results file named alone: `quality_translation_de-en_10_run12.json`.
 RESULT_NAME = re.compile(r"`((?:quality|text_recipe|series_recipe|training_throughput)[\w.-]*\.jsonl?)`")
 #: A relative Markdown link, with its optional anchor.

@@ -24,7 +24,7 @@ ctranslate2 = pytest.importorskip(
 from export_fixtures import SENTENCES, tiny_tokenizer, tiny_translator  # noqa: E402
 
 import export.ctranslate2 as ct2_export  # noqa: E402
-from cli import export_commands, training_commands  # noqa: E402
+from cli import export_commands, export_handlers, training_commands  # noqa: E402
 from export.ctranslate2 import (  # noqa: E402
     PAD_LOGIT_BIAS,
     QUANTIZATIONS,
@@ -264,9 +264,7 @@ def test_write_is_atomic(monkeypatch, synthetic_tokenizer, tmp_path):
 @pytest.mark.slow
 def test_cli_export_and_predict(translator_run, monkeypatch, capsys, tmp_path):
     run, _ = translator_run
-    fake = types.ModuleType("training.runs.run_dir")
-    fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
+    monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     output = str(tmp_path / "ct2")
     assert export_commands.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 0
     lines = capsys.readouterr().out.splitlines()
