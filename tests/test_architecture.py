@@ -47,6 +47,23 @@ FORBIDDEN = {
     "training": ("export", "cli"),
     "export": ("cli",),
 }
+#: Where imports inside functions are held to a list: what the command line
+#: and the exporters run, and the training modules below them.
+ON_USE_SCOPE = ("cli", "export", "training.data", "training.text", "training.pipeline",
+                "training.monitor", "training.serving", "training.runs")
+#: The imports inside functions there, each kept for the reason its comment
+#: gives: {module: {imported module or name}}.
+IMPORTS_ON_USE = {
+    # After parsing: `--help` and a bad argument stay free of TensorFlow.
+    "cli.training_commands": {"cli.training_handlers"},
+    "cli.export_commands": {"cli.export_handlers"},
+    # TensorFlow imported with its start-up lines captured, by a command that runs.
+    "cli.quiet": {"tensorflow", "tensorflow_text"},
+    # The optional extra: without it, one error line.
+    "export.ctranslate2": {"ctranslate2", "ctranslate2.converters", "ctranslate2.specs"},
+    # A fresh process imports the module to read TensorFlow's op registry alone.
+    "export.serving_ops": {"tensorflow_text"},
+}
 
 
 def _modules():
@@ -192,6 +209,37 @@ def test_the_package_rule_finds_a_forbidden_import():
     assert forbidden_imports(graph) == [
         "export.verify imports cli.errors", "training.train imports export.saved_model",
     ]
+
+
+def imports_inside_functions(path):
+    """The modules (`import m`) and names (`from m import n`: "m.n") imported
+    inside the functions of the file at `path`."""
+    found = set()
+    for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_imports_inside_functions_are_the_listed_ones():
+    modules, _ = _graph()
+    found = {
+        name: imported
+        for name, path in sorted(modules.items())
+        if name.startswith(ON_USE_SCOPE) and (imported := imports_inside_functions(path))
+    }
+    assert found == IMPORTS_ON_USE
+
+
+def test_imports_inside_functions_are_found(tmp_path):
+    path = tmp_path / "lazy.py"
+    path.write_text("import os\n\ndef f():\n    import keras\n    if os:\n"
+                    "        from training.tasks import get_task\n")
+    assert imports_inside_functions(path) == {"keras", "training.tasks.get_task"}
 
 
 @pytest.mark.parametrize("source, target", [
