@@ -80,7 +80,7 @@ def main():
             results[name] = ratio
             print(f"  {name:26s} {ratio['ratio_of_medians']:.2f}x  per round: "
                   f"{common.fmt(ratio['paired_ratio'], unit='x', digits=2)}")
-    common.write_json("ablate_beam" + ("_quick" if args.quick else ""), results)
+    common.append_result("ablate_beam", results, args)
 
 
 if __name__ == "__main__":

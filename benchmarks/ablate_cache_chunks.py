@@ -79,8 +79,7 @@ def main():
         results[f"beam4_over_greedy_chunks{count}"] = beam
         print(f"  beam4 / greedy, {count} chunks: {beam['ratio_of_medians']:.2f}x "
               f"(per round {common.fmt(beam['paired_ratio'], unit='x', digits=2)})")
-    common.write_json("ablate_cache_chunks" + ("_xla" if args.xla else "")
-                      + ("_quick" if args.quick else ""), results)
+    common.append_result("ablate_cache_chunks", {"xla": args.xla, **results}, args)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def main():
         results[f"backend_over_threefry{tag}"] = ratio
         print(f"backend / threefry{tag or ' (no XLA)'}: "
               f"{common.fmt(ratio['paired_ratio'], unit='x', digits=2)}")
-    common.write_json("ablate_dropout_quick" if args.quick else "ablate_dropout", results)
+    common.append_result("ablate_dropout", results, args)
 
 
 if __name__ == "__main__":

@@ -208,7 +208,7 @@ def main():
     print(f"bucketed / padded real-token throughput: {speed_up:.2f}x "
           f"(per round {common.fmt(paired, unit='x', digits=2)}); target 2x: "
           f"{'met' if speed_up >= 2.0 else 'MISSED'}")
-    common.write_json("bucketing" + ("_quick" if args.quick else ""), result)
+    common.append_result("bucketing", result, args)
     return 0
 
 

@@ -171,7 +171,7 @@ def main():
     print(f"  beam/greedy per round: {common.fmt(beam['paired_ratio'], unit='x', digits=2)}")
     print(f"  beam/greedy, 1 sentence, per round: "
           f"{common.fmt(beam1['paired_ratio'], unit='x', digits=2)}")
-    common.write_json("decoding" + ("_quick" if args.quick else ""), {
+    common.append_result("decoding", {
         "machine": info, "sizes": SIZES, "batch": batch, "quick": args.quick,
         "new_tokens": [short, mid, long], "tokens_identical": bool(same),
         "seconds": stats, "figures": figures,

@@ -112,7 +112,7 @@ def main():
         shown = "n/a" if value is None else f"{value:.4f}"
         extra = f"  (agrees with Keras on {agreement[name]:.4f})" if name in agreement else ""
         print(f"  test accuracy {name:22s} {shown}{extra}")
-    common.write_json("export_size", {
+    common.append_result("export_size", {
         "run_dir": os.path.basename(os.path.normpath(args.run_dir)), "task": config.task,
         "sizes_mb": {k: round(v / MB, 1) for k, v in sizes.items()},
         "test_accuracy": accuracy, "agreement_with_keras": agreement,

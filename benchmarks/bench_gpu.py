@@ -35,6 +35,7 @@ timed call blocks until the device is done.
     KERAS_BACKEND=jax python3 benchmarks/bench_gpu.py [--quick] [--out DIR]
 """
 
+import json
 import os
 
 os.environ["KERAS_BACKEND"] = "jax"
@@ -302,13 +303,12 @@ def main():
     if args.only in (None, "decoding"):
         print("\n== decoding (mixed_bfloat16, jax.jit)", flush=True)
         results["decoding"] = decoding_section(args.quick, rounds)
-    name = "gpu" + ("_quick" if args.quick else "") + (f"_{args.only}" if args.only else "")
-    common.write_json(name, results)
-    if args.out:
+    name = "gpu" + (f"_{args.only}" if args.only else "")
+    common.append_result(name, results, args)
+    if args.out:  # this run alone, for a machine whose repository is not kept
         os.makedirs(args.out, exist_ok=True)
-        import shutil
-
-        shutil.copy(os.path.join(common.RESULTS_DIR, f"{name}.json"), args.out)
+        with open(os.path.join(args.out, f"{name}.json"), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2, default=float)
 
 
 if __name__ == "__main__":

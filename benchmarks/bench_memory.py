@@ -136,7 +136,7 @@ def main():
               f"{row['keras_hub_step_seconds'] / first['keras_hub_step_seconds']:.2f}; "
               f"RSS {row['ours_peak_rss_mib'] / first['ours_peak_rss_mib']:.2f}, "
               f"{row['keras_hub_peak_rss_mib'] / first['keras_hub_peak_rss_mib']:.2f}")
-    common.write_json("memory" + ("_quick" if args.quick else ""), {
+    common.append_result("memory", {
         "machine": info, "quick": args.quick, "sizes": sizes, "tokens": TOKENS,
         "runs": runs, "table": table})
     return 0

@@ -333,12 +333,11 @@ def main():
             rows = translation(args, work)
             payload["ratios_ours_over_peer_greedy_bleu"] = print_translation(rows)
             payload["runs"] = rows
-            # One file per direction and budgets, so that runs of other
-            # budgets do not overwrite each other: quality_translation_de-en_10.json
+            # One file per direction and budgets, each run a dated row of it:
+            # quality_translation_de-en_10.json
             budgets = "_".join(f"{b:g}" for b in args.budgets)
-            name = ("quality_translation" if args.quick
-                    else f"quality_translation_{args.direction}_{budgets}")
-        common.write_json(name + ("_quick" if args.quick else ""), payload)
+            name = f"quality_translation_{args.direction}_{budgets}"
+        common.append_result(name, payload, args)
     finally:
         if temporary is not None:
             temporary.cleanup()

@@ -35,8 +35,8 @@ BLEU within 10% of 1x.
         [--scratch benchmarks/.cache/scale] [--data-dir ../shared/data]
         [--set in_memory_limit_mb=0]
 
-Writes benchmarks/results/scale.json (scale_quick.json with --quick: 1x, one
-minute).  Needs about 1.3 GB of scratch disk at 150x.
+Appends its run to benchmarks/results/scale.json (`--quick`: 1x, one
+minute, nothing stored).  Needs about 1.3 GB of scratch disk at 150x.
 """
 
 import gzip
@@ -262,9 +262,9 @@ def main():
         if not args.keep_runs:
             shutil.rmtree(run_dir, ignore_errors=True)
     checks = report(results, args.minutes)
-    name = "scale_quick" if args.quick else "scale"
-    common.write_json(name, {"minutes": args.minutes, "overrides": args.set, "results": results,
-                            "targets_met": checks, "machine": common.machine_info()})
+    common.append_result("scale", {"minutes": args.minutes, "overrides": args.set,
+                                   "results": results, "targets_met": checks,
+                                   "machine": common.machine_info()}, args)
 
 
 if __name__ == "__main__":

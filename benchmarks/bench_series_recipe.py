@@ -2,7 +2,7 @@
 
 Each (set, seed) runs exactly what a user types:
 
-    python3 -m training train --config series_classification --run-dir RUN \\
+    python3 -m training train --config timeseries --run-dir RUN \\
         --set 'train_files=["X_TRAIN.txt"]' --set 'test_files=["X_TEST.txt"]'
 
 and, on the same files in the same process, MiniRocket as sktime's
@@ -21,9 +21,10 @@ A set is `NAME_TRAIN.txt` / `NAME_TEST.txt` (UCR) or `NAME_TRAIN.ts` /
 `NAME_TEST.ts` in one of `--dirs` or in its `NAME/` folder (as
 `write_uea_ts.py` writes GunPoint, ItalyPowerDemand or BasicMotions).
 With `--jobs N` the (set, seed) pairs run in N processes at once, each
-with `--threads` TensorFlow and MiniRocket threads.  One JSON line per
-(set, seed) is appended to `--out`, and the whole table is written to
-`--json`.
+with `--threads` TensorFlow and MiniRocket threads.  Each (set, seed) is
+printed as it ends; the run (its rows, the means per set and over sets) is
+appended with its date to benchmarks/results/series_recipe.json
+(`--change TEXT`: what the run changed), and written to `--json` too.
 
 Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
 
@@ -31,7 +32,9 @@ Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
     python3 benchmarks/write_uea_ts.py --name GunPoint --out runs/uea
     python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr runs/uea \\
         --sets ArrowHead OSULeaf ACSF1 GunPoint ItalyPowerDemand \\
-        --seeds 0 1 2 --jobs 8 --threads 2 --json runs/series.json
+        --seeds 0 1 2 --jobs 8 --threads 2 --change "candidate X: ..."
+    python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr --set series_stem=patches \\
+        --set series_level_features=false --set mixup_alpha=0.4   # the patch stem
 """
 
 import argparse
@@ -40,6 +43,7 @@ import glob
 import json
 import os
 import statistics
+import sys
 import time
 
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
@@ -49,7 +53,6 @@ from baselines import INCEPTION_TIME_UCR128, nearest_neighbour_accuracy
 from training.data import readers, series_files
 
 SHARED = os.path.join(common.REPO_ROOT, "..", "shared", "data", "ucr")
-DEFAULT_OUT = os.path.join(common.RESULTS_DIR, "series_recipe.jsonl")
 SUFFIXES = (".txt", ".ts")
 
 
@@ -157,15 +160,17 @@ def _nearest_neighbour_padded(x, y, tx, ty):
     return nearest_neighbour_accuracy(padded_x, y, padded_tx, ty)
 
 
-def run(name, train, test, config, seed, threads):
+def run(name, train, test, config, seed, threads, overrides=()):
     """{set, test_accuracy, seconds, minirocket, ...} of one (set, seed)."""
     env = thread_env(threads)
-    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed, env=env)
+    metrics, seconds, cpu_seconds = common.train_on_files(config, train, test, seed, overrides,
+                                                          env=env)
     x, y = read_split(train)
     tx, ty = read_split(test)
     rocket_accuracy, rocket_seconds = minirocket(train, test, seed, threads)
     return {
-        "set": name, "seed": seed, "config": config, "threads": threads,
+        "set": name, "seed": seed, "config": config, "overrides": list(overrides),
+        "threads": threads,
         "shape": {"N": int(x.shape[0]), "T": int(x.shape[1]), "K": len(set(y)),
                   "F": int(x.shape[2])},
         "test_accuracy": metrics["test_accuracy"],
@@ -235,14 +240,18 @@ def main():
     parser.add_argument("--dirs", nargs="+", default=[SHARED])
     parser.add_argument("--sets", nargs="*", default=None,
                         help="set names (default: every pair in --dirs)")
-    parser.add_argument("--config", default="series_classification")
+    parser.add_argument("--config", default="timeseries")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a config override of every run (repeatable), e.g. "
+                             "series_stem=patches")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="(set, seed) runs at once")
     parser.add_argument("--threads", type=int, default=None,
                         help="threads of each run (default: all with --jobs 1, else "
                              "cores // jobs)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON lines, appended")
-    parser.add_argument("--json", default=None, help="the whole table and summary, written")
+    parser.add_argument("--change", default=None, metavar="TEXT",
+                        help="what this run changed or tests, stored with its run")
+    parser.add_argument("--json", default=None, help="also write this run alone here")
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1; received --jobs {args.jobs}.")
@@ -250,21 +259,21 @@ def main():
     if threads is None and args.jobs > 1:
         threads = max(1, len(os.sched_getaffinity(0)) // args.jobs)
     names = args.sets or all_sets(args.dirs)
-    work = [(name, *find_set(args.dirs, name), args.config, seed, threads)
+    work = [(name, *find_set(args.dirs, name), args.config, seed, threads, tuple(args.set))
             for name in names for seed in args.seeds]
     rows = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for row in pool.map(run, *zip(*work, strict=True)):
             print_row(row)
             rows.append(row)
-            with open(args.out, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
     per_set, mean = summary(rows)
     print_summary(per_set, mean)
+    table = {"command": " ".join(["python3", *sys.argv]), "rows": rows, "per_set": per_set,
+             "mean": mean, "machine_cores": os.cpu_count()}
+    common.append_result("series_recipe", table, args)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "per_set": per_set, "mean": mean,
-                       "machine_cores": os.cpu_count()}, f, indent=2)
+            json.dump(table, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ strings signatures tokenize and detokenize inside the graph.  Each row
 prints the median latency, tokens a second, and the latency over
 CTranslate2 float32's: the ratio of medians and the paired per-round ratio
 (median and quartiles; a "within Nx" target is met when the upper quartile
-is at most N).  Results go to `benchmarks/results/serving.json`
+is at most N).  Each run is appended to `benchmarks/results/serving.json`
 (`latency_s[path]["batch_1" | "batch_32"]["greedy" | "beam4"]`: median
 seconds, None where a path has no such program).
 
@@ -386,10 +386,7 @@ def main():
         result.update(speed(args, info))
     if args.run_dir:
         result["quality"] = quality(args)
-    name = "serving" + ("_quick" if args.quick else "")
-    if args.skip_speed:
-        name += "_quality"
-    common.write_json(name, result)
+    common.append_result("serving_quality" if args.skip_speed else "serving", result, args)
 
 
 if __name__ == "__main__":

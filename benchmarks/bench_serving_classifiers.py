@@ -17,7 +17,7 @@ set's shape, with the seeded random (untrained) weights of a fresh run:
           sentences of the synthetic language: batch 1 one of 19 words
           (SST-2's median), batch 32 lengths 4-34 words (mean 19, as
           SST-2's 19.3).
-  series  the `series_classification` preset on ArrowHead's shape (36
+  series  the `timeseries` preset on ArrowHead's shape (36
           training series of 251 steps, 1 channel, 3 classes; random walks):
           its recipe (`training.recipe.series.series_stem_recipe`) gives
           five voting `TransformerClassifier`s (N=2, d_model 64, d_ff 128),
@@ -63,8 +63,8 @@ and examples/s, and each path's median latency over `serving_default`'s.
 
 `--quick`: one member instead of five (what `--set ensemble_size=1` gives),
 the same sizes otherwise, 15 rounds at batch 1 and 7 at batch 32.  Default:
-60 and 25.  Results: `benchmarks/results/serving_classifiers[_quick].json`,
-`latency_s` = {classifier: {path: {"batch_1": s, "batch_32": s}}} (medians).
+60 and 25.  Each run is appended to `benchmarks/results/serving_classifiers.json`
+(nothing with `--quick`), `latency_s` = {classifier: {path: {"batch_1": s, "batch_32": s}}} (medians).
 """
 
 import os
@@ -155,14 +155,14 @@ def random_walks(count, length, channels, seed):
 
 
 def series_classifier(num_train, length, channels, classes, overrides=(), seed=0):
-    """(task, config, model): the `series_classification` preset's classifier of
+    """(task, config, model): the `timeseries` preset's classifier of
     `num_train` synthetic series (`data_defaults` sizes it; stems adapt to them)."""
     x = random_walks(num_train, length, channels, seed)
     y = (np.arange(num_train) % classes).astype("int32")
     data = TaskData((x, y), (x, y), (x, y), label_names=[str(k) for k in range(classes)])
     task = get_task("timeseries")
     # The preset reads your files; nothing is read here (the data are built above).
-    preset = load_config("series_classification",
+    preset = load_config("timeseries",
                          ['train_files=["synthetic_TRAIN.txt"]', *overrides])
     config, model = _build(task, preset, data)
     return task, config, model
@@ -371,7 +371,7 @@ def main():
             "series", (task, config, model, None), export_root, rounds)
     finally:
         shutil.rmtree(export_root, ignore_errors=True)
-    common.write_json("serving_classifiers" + ("_quick" if args.quick else ""), payload)
+    common.append_result("serving_classifiers", payload, args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ Each run is what a user types:
 
 plus `--set` items given here (`--set min_word_count=3`), so that a
 candidate change to the recipe is judged on these sets before it is ever
-run on SST-2 or TREC test.  One JSON line per run is appended to `--out`
+run on SST-2 or TREC test.  One JSON line per run, with its date, commit
+and `--note TEXT` (what the runs change), is appended to `--out`
 (benchmarks/results/text_recipe.jsonl).
 
 Usage (from the repository root):
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import tempfile
+import time
 
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
 from baselines import KIM_2014_CNN_RAND
@@ -97,7 +99,11 @@ def main():
                         metavar="KEY=VALUE", help="passed on to every run")
     parser.add_argument("--folder", default=FOLDER)
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--note", default=None, metavar="TEXT",
+                        help="what these runs change or test, stored with each row")
     args = parser.parse_args()
+    dated = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": common.source_commit(),
+             "note": args.note}
     for fold in args.folds:
         if not 0 <= fold < FOLDS:
             raise SystemExit(f"--folds takes folds 0..{FOLDS - 1}; received --folds {fold}.")
@@ -107,7 +113,8 @@ def main():
             for fold in args.folds:
                 train, test = fold_files(name, fold, args.folder, work)
                 for seed in args.seeds:
-                    row = run(name, fold, train, test, args.config, seed, args.overrides)
+                    row = {**dated, **run(name, fold, train, test, args.config, seed,
+                                          args.overrides)}
                     rows.append(row)
                     print(f"{name:5s} fold {fold} seed {seed}  test {row['test_accuracy']:.3f}  "
                           f"valid {row['valid_accuracy']:.3f}  Kim CNN-rand "

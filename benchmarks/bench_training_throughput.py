@@ -155,7 +155,7 @@ def main():
                            "met": headline >= 1.25}
     print(f"\nheadline (XLA, {ours} vs {peer}): {headline:.2f}x, target 1.25x: "
           f"{'met' if headline >= 1.25 else 'MISSED'}")
-    common.write_json("training_throughput" + ("_quick" if args.quick else ""), results)
+    common.append_result("training_throughput", results, args)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ message if they are absent).
 
     python3 benchmarks/bench_vocabulary.py [--quick] [--rounds R] [--old N]
 
-`--quick`: one round. Writes benchmarks/results/vocabulary[_quick].json.
+`--quick`: one round, nothing stored. Appends its run to benchmarks/results/vocabulary.json.
 """
 
 import os
@@ -118,7 +118,7 @@ def main():
         report["sample"] = {"sentences": len(sample),
                             "old": summary(old_walls, old_cpus),
                             "new": summary(new_walls, new_cpus)}
-    common.write_json("vocabulary" + ("_quick" if args.quick else ""), report)
+    common.append_result("vocabulary", report, args)
 
 
 if __name__ == "__main__":

@@ -30,12 +30,20 @@ if REPO_ROOT not in sys.path:  # `python3 benchmarks/bench_x.py` from anywhere
 
 
 def parse_args(description, extra=None):
-    """`--quick` (under 2 minutes) plus any `extra(parser)` arguments."""
+    """`--quick` (under 2 minutes), `--change` plus any `extra(parser)` arguments."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help="small run, < 2 min")
+    add_result_args(parser)
     if extra is not None:
         extra(parser)
     return parser.parse_args()
+
+
+def add_result_args(parser):
+    """`--quick` and `--change`, which `append_result` reads."""
+    parser.add_argument("--quick", action="store_true",
+                        help="small run, < 2 min: a smoke test, its figures are not stored")
+    parser.add_argument("--change", default=None, metavar="TEXT",
+                        help="what this run changed or tests, stored with its row")
 
 
 def cpu_model():
@@ -192,14 +200,44 @@ def make_matmul(n=2048):
     return (lambda: matmul().numpy()), 2 * n**3
 
 
-def write_json(name, payload):
-    """Writes `payload` to benchmarks/results/<name>.json; returns the path."""
+def source_commit():
+    """The repository's commit (`git describe --always --dirty`), or None without git."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def append_result(name, payload, args):
+    """Appends one dated run to benchmarks/results/<name>.json; returns the path.
+
+    The file is one benchmark's runs, oldest first: a JSON list of
+    `{"date", "commit", "change", **payload}` (`args.change`: what the run
+    changed).  A `--quick` run is a smoke test: nothing is written (None).
+    """
+    if getattr(args, "quick", False):
+        print(f"--quick: a smoke run, benchmarks/results/{name}.json left as it is", flush=True)
+        return None
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, f"{name}.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, sort_keys=True, default=float)
+    runs = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            runs = json.load(f)
+        if not isinstance(runs, list):
+            raise ValueError(f"{path} must hold a JSON list of runs; found {type(runs).__name__}.")
+    runs.append({"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": source_commit(),
+                 "change": getattr(args, "change", None), **payload})
+    partial = path + ".partial"  # a run stopped while writing leaves the file as it was
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(runs, f, indent=2, default=float)
         f.write("\n")
-    print(f"wrote {os.path.relpath(path, os.getcwd())}", flush=True)
+    os.replace(partial, path)
+    print(f"appended the run of {runs[-1]['date']} to {os.path.relpath(path, os.getcwd())}",
+          flush=True)
     return path
 
 

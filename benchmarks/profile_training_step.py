@@ -110,7 +110,7 @@ def main():
             "by_type": dict(by_type.most_common(30)),
         }
         keras.backend.clear_session()
-    common.write_json("profile_training_step" + ("_quick" if args.quick else ""), report)
+    common.append_result("profile_training_step", report, args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ sktime writes them (not only as the archive ships them):
     python3 benchmarks/write_uea_ts.py --out ../shared/data/uea
     python3 benchmarks/write_uea_ts.py --name GunPoint ItalyPowerDemand --out runs/uea
     python3 -m training train --config timeseries --run-dir runs/basic_motions \\
-        --set dataset=files \\
         --set 'train_files=["../shared/data/uea/BasicMotions/BasicMotions_TRAIN.ts"]' \\
         --set 'test_files=["../shared/data/uea/BasicMotions/BasicMotions_TEST.ts"]'
 

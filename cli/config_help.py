@@ -19,7 +19,7 @@ import json
 import re
 import textwrap
 
-from training.config import CONFIG_DIR, TrainingConfig, available_presets
+from training.config import CONFIG_DIR, TrainingConfig, available_presets, read_preset
 from training.tasks.options import OPTIONS
 
 #: Fields the help leaves out: `TrainingConfig.task_options` is shown as the
@@ -225,10 +225,8 @@ def help_task(argv):
         elif flag == "--config":
             preset = value
     if task is None and preset is not None:
-        path = CONFIG_DIR / f"{preset}.json" if not preset.endswith(".json") else preset
         try:
-            with open(path, encoding="utf-8") as f:
-                task = json.load(f).get("task", "translation")
+            task = read_preset(preset).get("task", "translation")
         except (OSError, ValueError):
             return None
     return task

@@ -24,7 +24,7 @@ TINY_SERIES = ["stem_kernel_features=84", "model.num_layers=1", "model.hidden_di
 
 
 def test_the_presets_build_five_members_of_the_sizes_the_docstring_gives():
-    """What the benchmark times is what the `sst2` and `series_classification`
+    """What the benchmark times is what the `sst2` and `timeseries`
     presets build on SST-2's and ArrowHead's shapes (built, not exported)."""
     task, config, model, _ = bench.text_classifier()
     assert isinstance(model, ClassifierEnsemble) and len(model.members) == 5

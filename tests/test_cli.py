@@ -12,7 +12,13 @@ import pytest
 from cli import config_help, export_commands, training_commands
 from cli.config_help import first_sentence
 from tests.conftest import REPO_ROOT
-from training.config import CONFIG_DIR, TrainingConfig, available_presets, load_config
+from training.config import (
+    CONFIG_DIR,
+    TrainingConfig,
+    available_presets,
+    load_config,
+    read_preset,
+)
 from training.tasks.options import OPTIONS, option_names
 
 # The smallest toy run (as tests/test_training_run.py), for errors that come
@@ -73,7 +79,7 @@ def test_train_help_lists_every_config_field_with_default_and_comment(capsys):
 def test_train_help_of_a_preset_lists_its_task_fields_only(capsys, preset):
     """`--config PRESET --help` shows the common fields and its task's, each
     with one sentence, and none of another task's."""
-    task = json.loads((CONFIG_DIR / f"{preset}.json").read_text())["task"]
+    task = read_preset(preset).get("task", "translation")
     text = _help(capsys, ["train", "--config", preset, "--help"])
     for name, options in OPTIONS.items():
         for doc in config_help.field_docs(options):
@@ -98,7 +104,7 @@ def test_train_help_with_task_lists_that_task_fields(capsys):
 
 @pytest.mark.parametrize("preset", available_presets())
 def test_presets_load_and_validate_with_their_task_options(preset):
-    extra = ['train_files=["x.txt"]'] if "files" in (CONFIG_DIR / f"{preset}.json").read_text() else []
+    extra = ['train_files=["x.txt"]'] if read_preset(preset).get("dataset") == "files" else []
     config = load_config(preset, extra)
     assert isinstance(config.task_options, OPTIONS[config.task])
     assert set(config.to_dict()) == (

@@ -34,7 +34,7 @@ SESSION_NUMBER = re.compile(r"sessions? [0-9]+", flags=re.I)
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:tmp|root|home|work|Users)/")
 #: A repository path in backticks: `training/recipe/adaptive.py`, `benchmarks/results/x.json`.
 REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests|cli)/[\w./-]+)`")
-#: A results file named alone: `quality_translation_de-en_10_run12.json`.
+#: A results file named alone: `quality_translation_de-en_10.json`.
 RESULT_NAME = re.compile(r"`((?:quality|text_recipe|series_recipe|training_throughput)[\w.-]*\.jsonl?)`")
 #: A relative Markdown link, with its optional anchor.
 LINK = re.compile(r"\]\((?!https?:)([^)#\s]+)(?:#([^)\s]+))?\)")
@@ -150,3 +150,29 @@ def test_no_file_names_a_path_of_the_machine_that_made_it():
         if MACHINE_PATH.search(line)
     ]
     assert not found, "files that name a path outside the repository:\n" + "\n".join(found)
+
+
+def test_the_architecture_tree_and_table_name_every_package_folder():
+    """docs/architecture.md draws the folder tree and lists the layers in a
+    table: both name each folder of the packages and each module at their top."""
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    tree = re.search(r"## Layout.*?```\n(.*?)```", text, flags=re.S).group(1)
+    table = "\n".join(line for line in text.splitlines() if line.startswith("| "))
+    missing = []
+    for package in ("keras_transformer", "training", "export", "cli"):
+        if f"{package}/" not in tree or f"`{package}/" not in table:
+            missing.append(package)
+        for path in sorted((REPO_ROOT / package).iterdir()):
+            if path.name.startswith(("_", ".")) and path.name != "__main__.py":
+                continue
+            if path.is_dir() and not (path / "__init__.py").exists() and path.name != "configs":
+                continue  # data folders (export/serving_ops/)
+            if path.suffix not in (".py", "") or (package in ("export", "cli") and path.is_file()
+                                                   and path.name != "__main__.py"):
+                continue  # export's modules are layer 12 as a whole, cli's layer 13
+            name = path.name + ("/" if path.is_dir() else "")
+            if name not in tree:
+                missing.append(f"tree: {package}/{name}")
+            if f"{package}/{name}" not in table and f"`{name}`" not in table:
+                missing.append(f"table: {package}/{name}")
+    assert not missing, f"docs/architecture.md leaves out: {missing}"

@@ -134,9 +134,9 @@ def test_bad_arguments_raise_naming_them():
         TransformerClassifier(num_classes=2, num_features=1, patch_length=4,
                               random_kernel_stem={"series_length": 64})
     with pytest.raises(ValueError, match="patch_length=8"):
-        load_config("series_classification", ['train_files=["x.txt"]', "patch_length=8"])
+        load_config("timeseries", ['train_files=["x.txt"]', "patch_length=8"])
     with pytest.raises(ValueError, match="series_stem='kernels'"):
-        load_config("series_classification", ['train_files=["x.txt"]', "series_stem=kernels"])
+        load_config("timeseries", ['train_files=["x.txt"]', "series_stem=kernels"])
 
 
 def _data(n=36, t=64, k=3):
@@ -147,7 +147,7 @@ def _data(n=36, t=64, k=3):
 
 def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
     task = get_task("timeseries")
-    config = load_config("series_classification",
+    config = load_config("timeseries",
                          ['train_files=["x.txt"]', "ensemble_size=2", "stem_windows=4",
                           "stem_kernel_features=200"])
     data = _data()
@@ -207,7 +207,7 @@ def test_the_preset_with_level_features_adapts_them_to_the_training_series():
     the training series' own statistics (mean 0, scale their std), and the
     option needs the standardisation whose statistics they give back."""
     task = get_task("timeseries")
-    config = load_config("series_classification",
+    config = load_config("timeseries",
                          ['train_files=["x.txt"]', "ensemble_size=2", "stem_windows=4",
                           "stem_kernel_features=200", "series_level_features=true"])
     data = _data()
@@ -221,6 +221,6 @@ def test_the_preset_with_level_features_adapts_them_to_the_training_series():
             mean.mean(axis=0), rtol=1e-4, atol=1e-5)
         assert member.get_config()["series_level_features"] is True
     with pytest.raises(ValueError, match="series_level_features=true, standardize_series=false"):
-        load_config("series_classification", ['train_files=["x.txt"]',
+        load_config("timeseries", ['train_files=["x.txt"]',
                                               "series_level_features=true",
                                               "standardize_series=false"])

@@ -77,9 +77,13 @@ def _data(n=36, t=251, k=3):
     return TaskData((x, y), (x, y), (x, y), label_names=[str(i) for i in range(k)])
 
 
-def test_the_preset_takes_its_sizes_from_the_data_and_given_fields_win():
+# The patch stem with the recipe it was measured with (the `timeseries` preset before 2026-11-29).
+PATCH_STEM = ["series_stem=patches", "series_level_features=false", "mixup_alpha=0.4"]
+
+
+def test_the_patch_stem_takes_its_sizes_from_the_data_and_given_fields_win():
     task = get_task("timeseries")
-    config = load_config("timeseries")
+    config = load_config("timeseries", PATCH_STEM)
     assert config.batch_size is None and config.patch_length is None
     resolved = task.resolve_config(config, _data())
     assert (resolved.batch_size, resolved.epochs, resolved.steps_per_epoch) == (8, 20, 200)
@@ -91,22 +95,21 @@ def test_the_preset_takes_its_sizes_from_the_data_and_given_fields_win():
     # Given epochs are passes: steps_per_epoch stays null; a given p gets half of itself.
     assert (given.batch_size, given.epochs, given.steps_per_epoch) == (4, 3, None)
     assert (given.patch_length, given.patch_stride, given.max_sequence_length) == (6, 3, 100)
-    assert load_config("series_classification", ['train_files=["x.txt"]']).dataset == "files"
 
 
 def test_files_of_at_most_64_series_train_an_ensemble_of_five():
     assert [series_ensemble_size(n) for n in (1, 36, 64, 65, 200, 10**6)] == [5, 5, 5, 1, 1, 1]
     task = get_task("timeseries")
-    resolved = task.resolve_config(load_config("timeseries"), _data())  # 36 series
+    resolved = task.resolve_config(load_config("timeseries", PATCH_STEM), _data())  # 36 series
     assert resolved.ensemble_size == 5
     model = task.build_model(resolved, _data())
     assert isinstance(model, ClassifierEnsemble) and model.size == 5
     task.check_model(model)
-    # The preset's mixup (0.4) mixes series in the data pipeline, so the
+    # The recipe's mixup (0.4) mixes series in the data pipeline, so the
     # models do not mix their pooled features as well (the text task's way).
     assert resolved.mixup_alpha == 0.4
     assert [m.mixup_alpha for m in model.members] == [0.0] * 5
-    one = task.resolve_config(load_config("timeseries", ["ensemble_size=1"]), _data())
+    one = task.resolve_config(load_config("timeseries", [*PATCH_STEM, "ensemble_size=1"]), _data())
     assert isinstance(task.build_model(one, _data()), TransformerClassifier)
     with pytest.raises(ValueError, match="received ensemble_size=0"):
         load_config("timeseries", ["ensemble_size=0"])
@@ -131,8 +134,8 @@ def test_null_sizes_are_refused_where_the_task_does_not_fill_them():
 def test_training_batches_are_one_hot_and_mixed_evaluation_batches_one_hot():
     task = get_task("timeseries")
     data = _data(n=16, t=12, k=2)
-    task.prepare(load_config("timeseries"), data, None, write=False)
-    config = task.resolve_config(load_config("timeseries"), data)
+    task.prepare(load_config("timeseries", PATCH_STEM), data, None, write=False)
+    config = task.resolve_config(load_config("timeseries", PATCH_STEM), data)
     x, y = next(iter(task.make_dataset(config, data.train, shuffle=True, training=True)))
     assert x.shape == (8, 12, 1) and y.shape == (8, 2)
     np.testing.assert_allclose(np.sum(y, -1), 1.0, rtol=1e-6)

@@ -3,7 +3,8 @@
 `TrainingConfig` holds the fields every task uses; the fields of one task
 are its options class's (`training.tasks.options`), held in `task_options`
 and read and set by their plain names like the others.  JSON files under
-`training/configs/` name presets (model size x dataset), and `--set key=value`
+`training/configs/` name presets (model size x dataset; one may start from
+another with `"extends": "PARENT"`, `read_preset`), and `--set key=value`
 overrides any field of the config's task from the command line.  The
 resolved config is written, flat, as `config.json` in the run directory.
 """
@@ -346,14 +347,22 @@ def check_task_keys(values, sources):
         )
 
 
+# Presets that were renamed: naming the old name says which one to use.
+RENAMED_PRESETS = {"series_classification": "timeseries"}
+
+
 def available_presets():
     return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
 
-def load_config(name_or_path="toy", overrides=()):
-    """A preset name or JSON path, plus `key=value` overrides (JSON values)."""
+def _preset_path(name_or_path):
     path = pathlib.Path(name_or_path)
     if not path.suffix:
+        if name_or_path in RENAMED_PRESETS:
+            raise ValueError(
+                f"The config preset {name_or_path!r} is now called "
+                f"{RENAMED_PRESETS[name_or_path]!r}: use --config {RENAMED_PRESETS[name_or_path]}."
+            )
         path = CONFIG_DIR / f"{name_or_path}.json"
         if not path.exists():
             raise ValueError(
@@ -361,7 +370,58 @@ def load_config(name_or_path="toy", overrides=()):
             )
     elif not path.exists():
         raise FileNotFoundError(f"Config file not found: config={str(path)!r}.")
-    values = json.loads(path.read_text(encoding="utf-8"))
+    return path
+
+
+def read_preset(name_or_path, _seen=()):
+    """The values of a preset or JSON config file, with its `extends` resolved.
+
+    `"extends": "PARENT"` (a preset name, or a path relative to the file)
+    starts from the parent's values; the file's own keys replace the
+    parent's, except `model_overrides`, whose fields are merged one by one
+    (as `--set model.FIELD=VALUE` does).  `_comment` is the file's own.
+
+    Raises:
+        ValueError: for an unknown parent, or a chain that comes back to a
+            file it has passed (naming the chain).
+    """
+    path = _preset_path(name_or_path).resolve()
+    seen = (*_seen, path)
+    if path in _seen:
+        chain = " -> ".join(p.name for p in seen)
+        raise ValueError(f"Config presets extend each other in a cycle: {chain}.")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"Config file {str(path)!r} is not JSON: {error}.") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"Config file {str(path)!r} must hold one JSON object of fields; "
+                         f"received a {type(values).__name__}.")
+    if not isinstance(values.get("model_overrides", {}), dict):
+        raise ValueError(f"`model_overrides` must be an object of model fields; received "
+                         f"model_overrides={values['model_overrides']!r} in {path.name}.")
+    parent = values.pop("extends", None)
+    if parent is None:
+        return values
+    if not isinstance(parent, str) or not parent:
+        raise ValueError(f"`extends` must name a preset; received extends={parent!r} in {path.name}.")
+    try:
+        parent_path = _preset_path(path.parent / parent if pathlib.Path(parent).suffix else parent)
+    except (ValueError, FileNotFoundError) as error:
+        raise ValueError(f"{path.name} has extends={parent!r}, which is not found: {error}") from None
+    base = read_preset(parent_path, seen)
+    base.pop("_comment", None)
+    model_overrides = {**base.get("model_overrides", {}), **values.get("model_overrides", {})}
+    values = {**base, **values}
+    if model_overrides:
+        values["model_overrides"] = model_overrides
+    return values
+
+
+def load_config(name_or_path="toy", overrides=()):
+    """A preset name or JSON path, plus `key=value` overrides (JSON values)."""
+    path = _preset_path(name_or_path)
+    values = read_preset(path)
     values.pop("_comment", None)
     check_task_keys(values, dict.fromkeys(values, path.name))
     preset_task = values.get("task", "translation")

@@ -12,18 +12,8 @@
 # default, what CI runs) or `full` (more samples).
 
 # %%
-import os
-import pathlib
-import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-SIZE = os.environ.get("KT_NOTEBOOK_SIZE", "small")
-if SIZE not in ("small", "full"):
-    raise ValueError(f"KT_NOTEBOOK_SIZE must be 'small' or 'full'; received {SIZE!r}.")
-REPO = pathlib.Path.cwd().resolve().parent  # this notebook lives in REPO/notebooks
-sys.path.insert(0, str(REPO))  # the package, with or without `pip install -e .`
-print(f"KT_NOTEBOOK_SIZE={SIZE}")
+from notebook_setup import SIZE
 
 # %%
 import keras

@@ -20,7 +20,7 @@
 # `full`: 2,000 series, 30 epochs, and the per-step model (10 epochs) for
 # comparison.
 #
-# The last part trains the package's own recipe, the `series_classification`
+# The last part trains the package's own recipe, the `timeseries`
 # preset, on a UCR development set given only its two file paths, and sets it
 # beside MiniRocket (Dempster et al. 2021) and 1-NN on the same files.
 
@@ -30,18 +30,9 @@ import os
 import pathlib
 import shutil
 import sys
-import tempfile
+from notebook_setup import DATA_DIR, REPO, SIZE, scratch_folder
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-SIZE = os.environ.get("KT_NOTEBOOK_SIZE", "small")
-if SIZE not in ("small", "full"):
-    raise ValueError(f"KT_NOTEBOOK_SIZE must be 'small' or 'full'; received {SIZE!r}.")
-REPO = pathlib.Path.cwd().resolve().parent  # this notebook lives in REPO/notebooks
-sys.path.insert(0, str(REPO))  # the package, with or without `pip install -e .`
-# Scratch space for runs and files, never inside the repository:
-WORK = pathlib.Path(tempfile.mkdtemp(prefix="kt-05-"))
-print(f"KT_NOTEBOOK_SIZE={SIZE}")
+WORK = scratch_folder("05")  # runs and files, never inside the repository
 
 # %%
 import keras
@@ -225,10 +216,10 @@ fig.tight_layout()
 # the model decides (Jain and Wallace, 2019, "Attention is not
 # Explanation"). They still sum to 1 over the keys, which we check.
 #
-# ## The `series_classification` preset, given only the paths
+# ## The `timeseries` preset, given only the paths
 #
 # Everything above was built by hand. The package's recipe for series is the
-# `series_classification` preset: its tokens are MiniRocket's features (the
+# `timeseries` preset: its tokens are MiniRocket's features (the
 # proportion of positive values of 84 fixed dilated kernels' outputs) of 8
 # windows of each series (`keras_transformer.layers.RandomKernelStem`), each
 # token told the series' own level and scale, which the per-series
@@ -239,7 +230,7 @@ fig.tight_layout()
 # (`training.recipe.series`), so a run needs only the two file paths, as on
 # the command line:
 #
-#     python3 -m training train --config series_classification --run-dir RUN \
+#     python3 -m training train --config timeseries --run-dir RUN \
 #         --set 'train_files=["ArrowHead_TRAIN.txt"]' --set 'test_files=["ArrowHead_TEST.txt"]'
 #
 # The set is ArrowHead (36 training series of 251 steps, 3 classes), one of
@@ -252,7 +243,6 @@ fig.tight_layout()
 from training.config import load_config
 from training.train import train
 
-DATA_DIR = pathlib.Path(os.environ.get("KT_DATA_DIR", REPO.parent / "shared" / "data"))
 UCR_DIR = DATA_DIR / "ucr"
 DEV_SET = "ArrowHead"
 dev_train, dev_test = UCR_DIR / f"{DEV_SET}_TRAIN.txt", UCR_DIR / f"{DEV_SET}_TEST.txt"
@@ -266,7 +256,7 @@ if DEV_GENERATED:
 print(f"set {DEV_SET}: {dev_train.name}, {dev_test.name}")
 
 preset = load_config(
-    "series_classification",
+    "timeseries",
     overrides=[f"train_files={json.dumps([str(dev_train)])}",
                f"test_files={json.dumps([str(dev_test)])}"],
 )  # fmt: skip
@@ -285,8 +275,8 @@ print(f"test accuracy {preset_accuracy:.3f} after {preset_metrics['steps']} upda
 # `benchmarks/bench_series_recipe.py` runs it beside the preset on the same
 # files, as sktime's documentation does; we import its function. When sktime
 # (a benchmark-only extra, `pip install -e ".[bench]"`) is not installed, the
-# notebook quotes what that benchmark stored for this set in
-# `benchmarks/results/series_members_idle_2026-11-28.json`. The 1-NN baseline
+# notebook quotes what that benchmark stored for this set in its newest run
+# over several sets in `benchmarks/results/series_recipe.json`. The 1-NN baseline
 # is the benchmark's too (`benchmarks/baselines.py`). Seconds are those of
 # this machine, which may be shared: a rough scale, not a measurement.
 
@@ -297,8 +287,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_series_recipe  # the benchmark's MiniRocket, 1-NN and file reader
 from baselines import nearest_neighbour_accuracy
 
-STORED = REPO / "benchmarks" / "results" / "series_members_idle_2026-11-28.json"
-stored_rows = json.loads(STORED.read_text(encoding="utf-8"))["rows"]
+STORED = REPO / "benchmarks" / "results" / "series_recipe.json"  # dated runs, oldest first
+stored_runs = json.loads(STORED.read_text(encoding="utf-8"))
+stored_rows = [run for run in stored_runs if "per_set" in run][-1]["rows"]
 (dev_x, dev_y), (dev_tx, dev_ty) = (bench_series_recipe.read_split(str(path))
                                     for path in (dev_train, dev_test))  # fmt: skip
 dev_nearest = nearest_neighbour_accuracy(dev_x, dev_y, dev_tx, dev_ty)
@@ -354,7 +345,7 @@ plt.show()
 #
 # The patch Transformer beats chance (50%) by at least 20 points and the
 # 1-NN baseline by 10, and the file went through the UCR reader. The
-# `series_classification` preset, given only the paths, beats 1-NN and
+# `timeseries` preset, given only the paths, beats 1-NN and
 # chance on its set, and lands within 5 points of MiniRocket where
 # MiniRocket's figure is known.
 

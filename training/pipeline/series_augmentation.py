@@ -4,8 +4,8 @@ A Transformer trained on a few dozen series memorises them; what it then
 does on new series depends on what it was shown besides.  Mixup (Zhang et
 al., 2018) trains on convex pairs of series *and* of their labels, which
 keeps the classifier close to linear between the training series; it is the
-transform that helped on every UCR file tried (`benchmarks/explore_series.py`,
-notes in the recipe).  Jitter (Gaussian noise) and a random resized crop
+transform that helped on every UCR file tried (docs/experiment-log.md, "The
+patch recipe's rules").  Jitter (Gaussian noise) and a random resized crop
 (a shift and a small stretch in time) are here for files where they help.
 
 Series may carry NaN, padding past their end and missing values
