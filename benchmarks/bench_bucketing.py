@@ -91,7 +91,7 @@ def epoch_batches(pairs, tokenizer, pad_to_length):
 
 def compiled_model(vocabulary_size, sizes):
     from keras_transformer.models import Transformer
-    from training.recipe.losses import MaskedSparseCategoricalCrossentropy
+    from training.optimization.losses import MaskedSparseCategoricalCrossentropy
 
     keras.utils.set_random_seed(0)
     model = Transformer(vocabulary_size=vocabulary_size, **sizes)

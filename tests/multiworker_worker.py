@@ -19,7 +19,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from training.recipe.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
+from training.optimization.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 
 EPOCHS = 2
 GLOBAL_BATCH = 2

@@ -13,6 +13,8 @@ in its layer and may import it.
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -28,12 +30,13 @@ LAYERS = (
     ("training.text",),
     ("training.pipeline",),
     ("training.recipe",),
+    ("training.optimization",),
     ("training.monitor",),
     ("training.serving",),
     ("training.tasks",),
     ("training.config",),
     ("training.runs",),
-    ("training.distribute", "training.train"),
+    ("training.distribute", "training.loop", "training.train"),
     ("export.quantize", "export.fresh_process", "export.saved_model_cli",
      "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify",
      "export.ctranslate2"),
@@ -253,6 +256,37 @@ def test_imports_are_read_inside_functions_and_relative(tmp_path, source, target
     modules = {"training.train": None, "training.tasks": None,
                "training.text.tokenizers": None, "training.text.detokenize": path}
     assert target in _imports("training.text.detokenize", path, modules)
+
+
+def _frameworks_imported(package, frameworks):
+    """`path:line` of each import of `frameworks` (top-level names) under `package`."""
+    offenders = []
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
+                          if n.split(".")[0] in frameworks]
+    return offenders
+
+
+def test_training_recipe_imports_no_tensorflow_or_keras():
+    """The recipe is arithmetic over measurements (STYLE.md, habit 18): the
+    loop measures and applies, with TensorFlow and Keras."""
+    assert _frameworks_imported("training/recipe", ("tensorflow", "keras", "tf_keras")) == []
+    assert _frameworks_imported("keras_transformer", ("keras",)) != []  # the reader finds imports
+
+
+def test_training_recipe_loads_without_tensorflow_or_keras():
+    """Importing every module of training.recipe loads neither framework
+    (a module they import indirectly, through another package, counts too)."""
+    modules = sorted(n for n in _modules() if n == "training.recipe" or
+                     n.startswith("training.recipe."))
+    code = (f"import sys\nfor name in {modules!r}:\n    __import__(name)\n"
+            "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, check=True)
+    assert len(modules) >= 4 and result.stdout.strip() == "[]", result.stdout
 
 
 def test_the_modeling_library_uses_no_tensorflow():

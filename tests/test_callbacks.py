@@ -13,7 +13,7 @@ from training.monitor.callbacks import (
     WallClockTimer,
     current_learning_rate,
 )
-from training.recipe.schedule import TransformerSchedule, paper_optimizer
+from training.optimization.schedule import TransformerSchedule, paper_optimizer
 
 
 def tiny_fit(rng, callbacks, optimizer, epochs=2):

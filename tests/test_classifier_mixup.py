@@ -12,7 +12,7 @@ from keras_transformer.models.pooled_classifier import (
     classifier_loss,
     mixup_lambda,
 )
-from training.recipe.losses import SparseSmoothedCrossentropy
+from training.optimization.losses import SparseSmoothedCrossentropy
 
 
 def _text_model(num_classes=3, mixup_alpha=0.4, name=None, dropout=0.0):

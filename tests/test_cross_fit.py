@@ -464,6 +464,7 @@ def test_a_budgeted_cross_fitted_run_plans_no_validation_pass_per_epoch(tmp_path
     keeps time for that pass (the test file's).  The ensemble's pass is made
     to take 2 s here (and checkpoint saves none): the old plan counted that
     pass in every epoch."""
+    from training.loop import time_budget
     from training.recipe import budget
 
     evaluate, scores, planned = keras.Model.evaluate, OutOfFold.scores, []
@@ -484,7 +485,7 @@ def test_a_budgeted_cross_fitted_run_plans_no_validation_pass_per_epoch(tmp_path
     monkeypatch.setattr(keras.Model, "evaluate", slow_pass)
     monkeypatch.setattr(OutOfFold, "scores", counted)
     monkeypatch.setattr(budget, "plan_total_steps", stop)
-    monkeypatch.setattr(budget, "seconds_per_save", lambda checkpoint: 0.0)
+    monkeypatch.setattr(time_budget, "seconds_per_save", lambda checkpoint: 0.0)
     config = _run_config(_write(tmp_path / "a.tsv", 120), ["time_budget_minutes=10"])
     with pytest.raises(_Planned):
         train(config, tmp_path / "lean", verbose=0)

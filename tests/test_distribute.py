@@ -15,12 +15,14 @@ import tensorflow as tf
 
 from training.distribute import (
     STRATEGY_NAMES,
+    WorkerRole,
     build_strategy,
     configure_logical_cpus,
     global_batch_note,
     validate_tf_config,
+    worker_role,
 )
-from training.recipe.losses import MaskedSparseCategoricalCrossentropy
+from training.optimization.losses import MaskedSparseCategoricalCrossentropy
 
 WORKER = pathlib.Path(__file__).with_name("multiworker_worker.py")
 VOCAB = 6
@@ -83,6 +85,23 @@ def test_valid_tf_config_is_parsed():
         "task": {"type": "worker", "index": 1},
     }
     assert validate_tf_config(json.dumps(value)) == value
+
+
+@pytest.mark.parametrize("tf_config, is_chief", [
+    (None, True),  # one process, no cluster
+    ("", True),
+    ('{"task": {"type": "chief", "index": 0}}', True),
+    ('{"task": {"type": "worker", "index": 0}}', True),  # a cluster without a chief
+    ('{"task": {"type": "worker", "index": 1}}', False),
+    ('{"task": {"type": "evaluator", "index": 0}}', False),
+])
+def test_the_worker_role_is_read_from_tf_config(monkeypatch, tf_config, is_chief):
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    assert worker_role() == WorkerRole(is_chief)
+    assert worker_role(tf_config) == WorkerRole(is_chief)
 
 
 def test_configure_logical_cpus_after_initialisation():

@@ -1,4 +1,4 @@
-"""Tests for training.recipe.losses (paper Section 5.4; PEERS.md pain points 6, 8)."""
+"""Tests for training.optimization.losses (paper Section 5.4; PEERS.md pain points 6, 8)."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from training.distribute import build_strategy
-from training.recipe.losses import (
+from training.optimization.losses import (
     MaskedAccuracy,
     MaskedPerplexity,
     MaskedSparseCategoricalCrossentropy,

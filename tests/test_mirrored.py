@@ -13,7 +13,7 @@ import tensorflow as tf
 from keras_transformer.models import Transformer
 
 try:  # the project's padding-masked loss, when training/ provides it
-    from training.recipe.losses import MaskedSparseCategoricalCrossentropy
+    from training.optimization.losses import MaskedSparseCategoricalCrossentropy
 except ImportError:  # pragma: no cover - training/ is developed separately
     MaskedSparseCategoricalCrossentropy = None
 

@@ -174,7 +174,7 @@ def _one_worker_run(run_dir, patterns):
 
 def _weights(run_dir):
     import keras_transformer  # noqa: F401  (registers the model's classes)
-    import training.recipe.losses  # noqa: F401
+    import training.optimization.losses  # noqa: F401
 
     return keras.saving.load_model(run_dir / "model.keras").get_weights()
 

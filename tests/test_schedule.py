@@ -1,11 +1,16 @@
-"""Tests for training.recipe.schedule (paper Section 5.3)."""
+"""Tests for training.optimization.schedule (paper Section 5.3)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.recipe.schedule import TransformerSchedule, paper_optimizer
+from training.optimization.optimizer import build_optimizer
+from training.optimization.schedule import (
+    TransformerSchedule,
+    WarmupLinearSchedule,
+    paper_optimizer,
+)
 
 
 def paper_lrate(step_num, d_model, warmup):
@@ -109,3 +114,68 @@ def test_first_adam_update_uses_paper_step_one():
 def test_rejects_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="Received"):
         TransformerSchedule(**kwargs)
+
+
+def _rates(schedule, steps):
+    return np.array([float(schedule(step)) for step in steps])
+
+
+def test_schedule_peaks_after_warmup_and_ends_annealed():
+    schedule = WarmupLinearSchedule(2e-3, warmup_steps=10, total_steps=110)
+    rates = _rates(schedule, range(110))
+    assert rates.argmax() == 9 and rates[9] == pytest.approx(2e-3)  # update 10 = peak
+    assert np.all(np.diff(rates[:10]) > 0) and np.all(np.diff(rates[9:]) < 0)
+    assert rates[0] == pytest.approx(2e-4)
+    assert rates[-1] == 0.0  # the last planned update does not move the weights
+    assert float(schedule(500)) == 0.0  # past the plan: still 0, never negative
+    # Linear: the midpoint of the decay is half the peak.
+    assert float(schedule(59)) == pytest.approx(1e-3)
+
+
+def test_set_plan_changes_a_traced_schedule_without_retracing():
+    schedule = WarmupLinearSchedule(1e-3, warmup_steps=10, total_steps=100)
+    traces = []
+
+    @tf.function(jit_compile=False)
+    def rate(step):
+        traces.append(1)
+        return schedule(step)
+
+    assert float(rate(tf.constant(49))) == pytest.approx(1e-3 * 50 / 90)  # update 50 of 100
+    schedule.set_plan(5, 50)
+    assert float(rate(tf.constant(49))) == 0.0
+    assert float(rate(tf.constant(4))) == pytest.approx(1e-3)
+    assert len(traces) == 1
+
+
+def test_schedule_config_round_trip_keeps_the_plan():
+    schedule = WarmupLinearSchedule(1e-3, warmup_steps=10, total_steps=100)
+    schedule.set_plan(7, 70)
+    optimizer = keras.optimizers.AdamW(schedule)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    copy = restored._learning_rate  # the schedule object itself
+    assert (copy.warmup_steps, copy.total_steps) == (7, 70)
+    np.testing.assert_allclose(_rates(copy, range(80)), _rates(schedule, range(80)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"warmup_steps": 0, "total_steps": 10}, "warmup_steps=0"),
+     ({"warmup_steps": 10, "total_steps": 10}, "total_steps=10"),
+     ({"warmup_steps": 1, "total_steps": 10, "peak_learning_rate": -1.0}, "peak_learning_rate=-1")],
+)
+def test_schedule_rejects_bad_plans(kwargs, match):
+    kwargs = {"peak_learning_rate": 1e-3, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        WarmupLinearSchedule(**kwargs)
+
+
+def test_adamw_skips_biases_and_norms():
+    optimizer = build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.1)
+    dense, norm = keras.layers.Dense(2), keras.layers.LayerNormalization()
+    dense.build((None, 2))
+    norm.build((None, 2))
+    decayed = {v.name: optimizer._use_weight_decay(v) for v in dense.weights + norm.weights}
+    assert decayed == {"kernel": True, "bias": False, "gamma": False, "beta": False}
+    assert isinstance(build_optimizer(WarmupLinearSchedule(1e-3, 1, 10), 0.0),
+                      keras.optimizers.Adam)

@@ -8,15 +8,16 @@ them into the wrong shape), not its updates (the run must end with the
 weights of a run that built the preset's depth at once).
 """
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from training.config import load_config
+from training.loop.time_budget import TimeBudget, depth_cost_ratio
 from training.recipe import budget
-from training.recipe.budget import depth_cost_ratio
-from training.recipe.plan import Plan
+from training.recipe.plan import EvaluationPlan, Measured, Plan, Recipe
 from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import load_run
 from training.train import _short_depth_applies, train
@@ -86,15 +87,21 @@ class _Clock:
 
 
 def _shallow_plan(seconds_per_step, dropout_off=False):
-    return Plan(dropout_off=dropout_off, seconds_per_step=seconds_per_step,
-                seconds_per_validation=0.0, seconds_reserved_for_final=0.0)
+    recipe = Recipe(schedule="auto", peak_learning_rate=1e-3, warmup_steps=10,
+                    total_steps=100, weight_decay=0.0, batch_tokens=512.0)
+    return Plan(recipe, num_layers=1, dropout_off=dropout_off, planned=False, measured=Measured(
+        seconds_per_step=seconds_per_step, seconds_compiling_later=0.0,
+        seconds_per_validation=0.0, seconds_reserved_for_final=0.0, planned_at_second=0.0,
+        evaluation=EvaluationPlan()))
 
 
 def _preset_depth_is_long(config, model, plan, num_layers, clock, steps_per_epoch, max_steps):
-    """`TimeBudget.preset_depth_is_long` of a budget at `clock` planned as `plan`."""
-    planner = budget.TimeBudget(config, clock, steps_per_epoch, plan)
-    planner.max_steps = max_steps
-    return planner.preset_depth_is_long(model, num_layers)
+    """(`TimeBudget.preset_depth_is_long` of a budget at `clock` planned as
+    `plan`, the plan it holds then)."""
+    arithmetic = dataclasses.replace(budget.Budget.of(config, steps_per_epoch),
+                                     max_steps=max_steps)
+    planner = TimeBudget(arithmetic, clock, plan)
+    return planner.preset_depth_is_long(model, num_layers), planner.plan
 
 
 @pytest.mark.parametrize("deep_passes", [1.5, 2.9, 3.1, 6.0])
@@ -110,16 +117,18 @@ def test_preset_depth_is_built_when_it_would_make_enough_passes(deep_passes):
     # The shallower model's pace, such that the deeper one makes `deep_passes`:
     # the shallower one makes `ratio` times as many (> 3 in every case but one).
     plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))
-    long = _preset_depth_is_long(config, one, plan, 3, _Clock(0.0), steps_per_epoch, 10**9)
+    long, plan = _preset_depth_is_long(config, one, plan, 3, _Clock(0.0), steps_per_epoch,
+                                       10**9)
     assert long is (deep_passes >= 3)
-    np.testing.assert_allclose(plan.preset_depth_passes, deep_passes, atol=0.02)
+    np.testing.assert_allclose(plan.measured.preset_depth_passes, deep_passes, atol=0.02)
     # Time already spent counts: half the budget gone halves the passes.
     plan = _shallow_plan(usable / (deep_passes * ratio * steps_per_epoch))
-    _preset_depth_is_long(config, one, plan, 3, _Clock(300.0), steps_per_epoch, 10**9)
-    np.testing.assert_allclose(plan.preset_depth_passes, deep_passes / 2, atol=0.02)
+    _, plan = _preset_depth_is_long(config, one, plan, 3, _Clock(300.0), steps_per_epoch, 10**9)
+    np.testing.assert_allclose(plan.measured.preset_depth_passes, deep_passes / 2, atol=0.02)
     # A shallower model already short (dropout off) never builds the deeper one.
     short = _shallow_plan(1e-6, dropout_off=True)
-    assert not _preset_depth_is_long(config, one, short, 3, _Clock(0.0), 100, 10**9)
+    long, _ = _preset_depth_is_long(config, one, short, 3, _Clock(0.0), 100, 10**9)
+    assert not long
 
 
 @pytest.mark.parametrize("value", ["-1", "1.5", "true", "\"two\""])
@@ -187,14 +196,13 @@ def test_unbudgeted_short_run_builds_the_shallower_model_at_once(tmp_path):
 
 
 def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
-    """`_DropoutOffAt(step)`: one `fit` that turns dropout off after `step`
+    """`DropoutOffAt(step)`: one `fit` that turns dropout off after `step`
     updates ends with the weights of a `fit` of `step` updates with dropout
     followed by a `fit` without it (the resumed-run path: a revision found
     the run short at that update)."""
     import keras
 
-    from training.recipe.budget import disable_dropout
-    from training.train import _DropoutOffAt
+    from training.loop.dropout import DropoutOffAt, disable_dropout
 
     class Steps(keras.callbacks.Callback):  # the checkpoint's step counter
         step = 0
@@ -214,7 +222,7 @@ def test_dropout_switched_off_mid_fit_trains_as_a_second_fit_without_it():
 
     switched = fresh()
     steps = Steps()
-    switch = _DropoutOffAt(steps, 3)
+    switch = DropoutOffAt(steps, 3)
     switched.fit(x, y, batch_size=2, epochs=1, steps_per_epoch=7, shuffle=False,
                  callbacks=[steps, switch], verbose=0)
     assert switch.done and switched.layers[1].rate == 0.0

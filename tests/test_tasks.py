@@ -7,6 +7,7 @@ export, verify) is tests/test_task_contract.py.
 import dataclasses
 import inspect
 import io
+import math
 import re
 
 import keras
@@ -66,7 +67,7 @@ def test_recipe_defaults_name_config_fields(name):
     fields = {f.name for f in dataclasses.fields(TrainingConfig)}
     assert set(defaults) <= fields and "weight_decay" in defaults
     config = TrainingConfig(task=name, dataset=get_task(name).datasets[0])
-    assert adaptive.resolve(config, get_task(config.task), 64, 512, 100)["weight_decay"] == defaults["weight_decay"]
+    assert adaptive.resolve(config, get_task(config.task), 64, 512, 100).weight_decay == defaults["weight_decay"]
 
 
 def test_task_only_fields_are_refused_where_unused():
@@ -434,3 +435,38 @@ def test_each_trained_task_names_the_options_class_the_config_uses():
     from training.tasks.options import OPTIONS
 
     assert {n: t.options for n, t in TASKS.items() if t.trainable} == OPTIONS
+
+
+def _resolve(config, *sizes):
+    """`adaptive.resolve` for the config's own task."""
+    return adaptive.resolve(config, get_task(config.task), *sizes)
+
+
+def test_a_text_classifiers_peak_does_not_fall_with_short_sentences():
+    """Its loss is one term per sentence: batches of short questions and of
+    long reviews get the same peak; a translation batch of few target tokens
+    gets a smaller one."""
+    text = TrainingConfig(task="classification")
+    peaks = {tokens: _resolve(text, 128, tokens, 1000).peak_learning_rate
+             for tokens in (96, 343, 668, 4096)}
+    assert list(peaks.values()) == pytest.approx([1e-3 * math.sqrt(2)] * 4)
+    assert _resolve(text, 128, 343, 1000).batch_tokens == 343  # still recorded
+    translation = TrainingConfig(task="translation")
+    assert _resolve(translation, 128, 343, 1000).peak_learning_rate == pytest.approx(
+        1e-3 * math.sqrt(2) * math.sqrt(343 / 1024))
+    # A given peak wins either way.
+    given = text.replace(learning_rate=3e-4)
+    assert _resolve(given, 128, 343, 1000).peak_learning_rate == 3e-4
+
+
+def test_resolve_fills_only_what_is_unset():
+    auto = _resolve(TrainingConfig(task="translation"), 256, 4096, 1000)
+    assert auto.peak_learning_rate == pytest.approx(1e-3)
+    assert auto.warmup_steps == 100 and auto.weight_decay == 1e-4
+    given = TrainingConfig(learning_rate=3e-4, warmup_steps=50, weight_decay=0.0)
+    values = _resolve(given, 256, 4096, 1000)
+    assert (values.peak_learning_rate, values.warmup_steps, values.weight_decay) == (
+        3e-4, 50, 0.0)
+    paper = _resolve(TrainingConfig(schedule="paper"), 512, 25000, 100000)
+    assert paper.peak_learning_rate == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert _resolve(TrainingConfig(task="classification"), 64, 512, 100).weight_decay == 0.01

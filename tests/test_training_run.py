@@ -148,6 +148,28 @@ def test_deterministic_run_gives_the_process_its_op_determinism_back(tmp_path):
         tf_config.disable_op_determinism()
 
 
+def test_train_lists_the_runs_steps_in_one_screen():
+    """`train` is the run's steps in order, each a call named for what it
+    does, under 40 lines; the worker's role is read once, there."""
+    import ast
+    import inspect
+
+    import training.train as train_module
+
+    source = inspect.getsource(train_module)
+    function = next(node for node in ast.parse(source).body
+                    if isinstance(node, ast.FunctionDef) and node.name == "train")
+    assert function.end_lineno - function.lineno + 1 < 40
+    calls = sorted((node for node in ast.walk(function)
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)),
+                   key=lambda node: (node.lineno, node.col_offset))
+    called = [node.func.id for node in calls]
+    steps = ["_load_data", "_datasets", "_planner", "_build_session", "_plan", "_fit",
+             "_select_and_evaluate", "_save"]
+    assert [name for name in called if name in steps] == steps
+    assert source.count("worker_role()") == 1
+
+
 def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
     config = load_config("tiny", FAST)
     run_dir = tmp_path / "run"
@@ -183,6 +205,30 @@ def test_existing_run_dir_is_never_overwritten_silently(tmp_path):
 def test_bad_config_is_refused_with_its_name(overrides, error, match):
     with pytest.raises(error, match=match):
         load_config("tiny", overrides)
+
+
+@pytest.mark.parametrize("override, instead", [
+    ("learning_rate_scale=2.0", "`learning_rate`"),
+    ("learning_rate_scale=1.0", "`learning_rate`"),  # a preset or --set: any value
+    ("average_last=3", 'selection="average_last"'),
+])
+def test_a_removed_field_is_refused_with_what_to_use_instead(override, instead):
+    with pytest.raises(ValueError, match="was removed") as caught:
+        load_config("tiny", [override])
+    message = str(caught.value)
+    assert instead in message and "--set " + override in message and "\n" not in message
+
+
+def test_an_older_runs_config_json_with_a_removed_field_at_its_default_loads():
+    """A config.json written before the removal holds both fields at their
+    defaults: it loads (a resumed run compares it with the new config); a
+    value other than the default is refused."""
+    values = load_config("tiny", FAST).to_dict()
+    assert "average_last" not in values and "learning_rate_scale" not in values
+    older = {**values, "learning_rate_scale": 1.0, "average_last": 0}
+    assert TrainingConfig.from_dict(older) == TrainingConfig.from_dict(values)
+    with pytest.raises(ValueError, match="average_last=5"):
+        TrainingConfig.from_dict({**values, "average_last": 5})
 
 
 def test_unknown_preset_and_missing_config_file():
@@ -304,12 +350,12 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
     """Once the deadline fallback stops a `fit`, the run neither re-times its
     final evaluation nor trains again: it evaluates.  Re-timing first (a
     validation decode) put a 60-minute run 0.7 s past its budget."""
-    from training.recipe import budget
+    from training.loop import time_budget
     from training.tasks import get_task
 
     made, hit_when_timed = [], []
 
-    class StopsInTheFirstEpoch(budget.Deadline):
+    class StopsInTheFirstEpoch(time_budget.Deadline):
         def __init__(self, end):
             super().__init__(end)
             self.batches = 0
@@ -328,7 +374,7 @@ def test_a_deadline_stop_goes_straight_to_the_final_evaluation(tmp_path, monkeyp
         hit_when_timed.append(any(d.hit for d in made))
         return time_evaluation(self, *args, **kwargs)
 
-    monkeypatch.setattr(budget, "Deadline", StopsInTheFirstEpoch)
+    monkeypatch.setattr(time_budget, "Deadline", StopsInTheFirstEpoch)
     monkeypatch.setattr(task_class, "time_evaluation", recorded)
     config = load_config("tiny", FAST + ["epochs=1000", "time_budget_minutes=5"])
     metrics = train(config, tmp_path / "run", verbose=0)
@@ -362,7 +408,7 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
     re-skips the batches of the epochs before it."""
     import tensorflow as tf
 
-    from training.recipe.schedule import WarmupLinearSchedule
+    from training.optimization.schedule import WarmupLinearSchedule
     from training.runs.selection import read_scores
 
     skipped, skip = [], tf.data.Dataset.skip

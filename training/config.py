@@ -41,6 +41,12 @@ CHOICES = {
     "task": TASKS, "dataset": DATASETS, "strategy": STRATEGIES,
     "precision": PRECISIONS, "schedule": SCHEDULES, "selection": SELECTIONS,
 }
+# Fields that are gone: {name: (the value an older run's config.json holds,
+# what to use instead)}.  That value is dropped; any other is refused.
+REMOVED_FIELDS = {
+    "learning_rate_scale": (1.0, "set `learning_rate` and `schedule=\"auto\"` for another peak"),
+    "average_last": (0, "set `selection=\"average_last\"` and `keep_epoch_checkpoints=k`"),
+}
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -100,8 +106,6 @@ class TrainingConfig:
     learning_rate: float | None = None
     # Updates of linear warm-up (null: chosen from the planned updates).
     warmup_steps: int | None = None
-    # Multiplier of the "paper" schedule.
-    learning_rate_scale: float = 1.0
     # AdamW decoupled weight decay (null: the task's default).
     weight_decay: float | None = None
     # A run planned for fewer passes than this trains without dropout (0: always keep dropout).
@@ -130,8 +134,6 @@ class TrainingConfig:
     keep_epoch_checkpoints: int = 5
     # Which weights are final: "auto" keeps whichever of the others validates best.
     selection: str = "auto"
-    # k > 1 selects the average of the last k epochs' weights (older spelling of "average_last").
-    average_last: int = 0
     # Training stops after this many epochs without a better validation score (0: never).
     early_stopping_patience: int = 5
     # The fields of the task, an instance of its `training.tasks.options` class.
@@ -139,6 +141,7 @@ class TrainingConfig:
 
     def __init__(self, **values):
         task = values.get("task", "translation")
+        _drop_removed_fields(values)
         options = _split_options(task, values)
         for field in dataclasses.fields(self):
             if field.name in values:
@@ -264,11 +267,6 @@ class TrainingConfig:
             raise ValueError(f"`steps_per_epoch` must be positive; received {self.steps_per_epoch!r}.")
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(f"`label_smoothing` must be in [0, 1); received {self.label_smoothing!r}.")
-        if self.average_last > self.keep_epoch_checkpoints:
-            raise ValueError(
-                f"`average_last`={self.average_last} exceeds `keep_epoch_checkpoints`="
-                f"{self.keep_epoch_checkpoints}: those checkpoints would be deleted."
-            )
         if self.dataset == "files" and not self.train_files:
             raise ValueError("dataset='files' needs `train_files`; received train_files=().")
         # Last: the task's own checks import its module (and TensorFlow).
@@ -292,6 +290,19 @@ def _choice(name, value, choices):
 
 def _common_names():
     return {f.name for f in dataclasses.fields(TrainingConfig)} - {"task_options"}
+
+
+def _drop_removed_fields(values, sources=None):
+    """Drops from `values` a removed field that holds the value an older
+    run's config.json holds; raises ValueError for any other value, and,
+    where `sources` says where each key came from (a preset, `--set`), for
+    any value at all."""
+    for name in [n for n in values if n in REMOVED_FIELDS]:
+        value = values.pop(name)
+        old_default, instead = REMOVED_FIELDS[name]
+        if sources is not None or value != old_default:
+            where = f" (from {sources.get(name, 'config')})" if sources is not None else ""
+            raise ValueError(f"`{name}` was removed; received {name}={value!r}{where}: {instead}.")
 
 
 def _split_options(task, values):
@@ -328,6 +339,7 @@ def check_task_keys(values, sources):
         values: {field: value}, as a preset and `--set` give them.
         sources: {field: where it was given} for the message (a file, `--set`).
     """
+    _drop_removed_fields(values, sources)
     task = values.get("task", "translation")
     own = set(option_names(options_class(task)))
     known = _common_names() | own

@@ -16,6 +16,7 @@ model.fit(dataset)  # dataset batches are global batches
 ```
 """
 
+import dataclasses
 import itertools
 import json
 import os
@@ -151,6 +152,30 @@ def configure_logical_cpus(n):
             "tf.config.list_logical_devices or building a strategy); they are "
             f"already initialised with {configured} logical CPU(s)."
         ) from error
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRole:
+    """This process's part in a run, read once from `TF_CONFIG`.
+
+    Attributes:
+        is_chief: whether it writes the run directory (checkpoints, plan,
+            scores, summaries, the final model): the "chief" task, or
+            worker 0 of a cluster without one, or the one process of a run
+            without a cluster.
+    """
+
+    is_chief: bool
+
+
+def worker_role(tf_config=None):
+    """The `WorkerRole` that `tf_config` (default: the `TF_CONFIG`
+    environment variable, a JSON string) gives this process."""
+    if tf_config is None:
+        tf_config = os.environ.get("TF_CONFIG", "")
+    task = json.loads(tf_config or "{}").get("task", {})
+    kind = task.get("type", "worker")
+    return WorkerRole(kind == "chief" or (kind == "worker" and int(task.get("index", 0)) == 0))
 
 
 def worker_position(strategy):

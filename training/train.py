@@ -1,16 +1,20 @@
 """From a `TrainingConfig` to a trained, evaluated run directory.
 
-`train(config, run_dir)` validates the config, takes the run directory
-(one process per directory) and sets the process-wide seed, op
-determinism and dtype policy for the run; `_train` is the run itself, one
-named step after another:
+`train(config, run_dir)` is the run's steps, in order, inside what the
+run holds: its directory (one process per directory: `_run_directory`),
+the process-wide seed, op determinism and dtype policy
+(`_process_settings`), a streamed corpus's bad line told in one message
+(`_data_errors_explained`) and its summaries folder (`_logs_dir`).  The
+worker's role (`training.distribute.worker_role`) is read once and
+carried.  The steps:
 
 1. `_load_data`: read the data, fill the config's data-sized fields
    (`Task.resolve_config`) and learn (or reload) the vocabulary;
 2. `_datasets`: the endless, seeded training stream, the validation set,
    the size of an epoch and the tokens of a batch;
-3. `budget.TimeBudget.for_run`: the plan (`plan.json` of a resumed run)
-   and the clock of a time budget; `_choose_depth`: the model's depth;
+3. `_planner` (`training/loop/time_budget.py`): the plan (`plan.json` of a
+   resumed run) and the clock of a time budget; `_choose_depth`: the
+   model's depth;
 4. `_build_session`: model, schedule, optimizer, restored checkpoint and
    callbacks (a `_Session`);
 5. `_plan`: a budgeted run times its first updates and plans the rest
@@ -30,7 +34,6 @@ the plan's (`training/recipe/budget.py`, `training/recipe/plan.py`).
 
 import contextlib
 import dataclasses
-import json
 import os
 import tempfile
 import warnings
@@ -41,17 +44,23 @@ from tensorflow.python.framework import config as tf_config
 
 from training.data.shards import StreamedCorpus, seeded_sample
 from training.distribute import (
+    WorkerRole,
     barrier,
     build_strategy,
     worker_batch_note,
     worker_position,
+    worker_role,
 )
+from training.loop.callbacks import AfterEpoch, FirstUpdate, StopAtPlanEnd
+from training.loop.dropout import DropoutOffAt, disable_dropout
+from training.loop.time_budget import TimeBudget
 from training.monitor.callbacks import LearningRateLogger, StepScalars, WallClockTimer
 from training.monitor.progress import RunProgress
 from training.monitor.tensorboard import write_final_metrics, write_hparams
+from training.optimization.optimizer import build_optimizer, build_schedule
 from training.pipeline.datasets import TruncationWarning
 from training.pipeline.streaming import PassLengths, data_error_message, worker_sharding
-from training.recipe import adaptive, budget
+from training.recipe import budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import (
@@ -65,14 +74,6 @@ from training.tasks.common import preset_config, with_cardinality
 
 #: Examples of a streamed corpus's sample whose batching estimates an epoch.
 ESTIMATE_EXAMPLES = 20_000
-
-
-def _is_chief():
-    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-    task = tf_config.get("task", {})
-    return task.get("type", "worker") == "chief" or (
-        task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
-    )
 
 
 @dataclasses.dataclass
@@ -102,13 +103,8 @@ class _Run:
     datasets: _Datasets
     run_dir: str
     strategy: tf.distribute.Strategy
-    worker_logs: str = None  # a non-chief worker's private logs folder
-
-    @property
-    def logs_dir(self):
-        """Where summaries go: the run directory's for the chief; a
-        temporary folder of its own for another worker (never read)."""
-        return self.worker_logs or os.path.join(self.run_dir, "logs")
+    role: WorkerRole  # whether this process writes the run directory
+    logs_dir: str  # where summaries go (`_logs_dir`)
 
 
 @dataclasses.dataclass
@@ -116,7 +112,7 @@ class _Session:
     """One model of a run and what is built around it (`_build_session`).
 
     A run builds one, or two when a budgeted run goes from its short-run
-    depth to the preset's.  `budget.TimeBudget` times and revises through it.
+    depth to the preset's.  `TimeBudget` times and revises through it.
     """
 
     config: object  # the config the model was built from (its depth)
@@ -141,64 +137,91 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
     watch = budget.Stopwatch(started_at)
     config.validate()  # the task's own checks too (Task.check_config)
     strategy = build_strategy(config.strategy)  # fails early if it cannot be built
-    # One process per run directory (multi-worker workers share it; the
-    # chief holds the lock).
-    with RunDirLock(run_dir) if _is_chief() else contextlib.nullcontext():
-        resumed = prepare_run_dir(run_dir, config, overwrite) if _is_chief() else (
-            _worker_resumes(run_dir))
-        keras.utils.set_random_seed(config.seed)
-        # Op determinism and the dtype policy are process-wide: set them for
-        # this run and give the caller's back afterwards (a deterministic run
-        # left on would, among others, make Keras drop jit_compile silently
-        # in every later run of the process).
-        determinism_was = tf_config.is_op_determinism_enabled()
-        if config.deterministic:
-            tf.config.experimental.enable_op_determinism()
-        keras.config.set_dtype_policy(config.precision)
-        try:
-            return _train(config, os.fspath(run_dir), strategy, resumed, verbose, watch)
-        finally:
-            keras.config.set_dtype_policy("float32")
-            if not determinism_was:
-                # No public API turns it off; this is what enable() undoes.
-                tf_config.disable_op_determinism()
+    run_dir, role = os.fspath(run_dir), worker_role()
+    with (_run_directory(run_dir, config, overwrite, role) as resumed,
+          _process_settings(config), _data_errors_explained(),
+          _logs_dir(run_dir, role) as logs_dir):
+        task = get_task(config.task)
+        config, data = _load_data(config, task, run_dir, role, watch, verbose)
+        _share_stream(data, strategy, run_dir, role, verbose)
+        with watch.phase("data"):
+            datasets = _datasets(config, task, data)
+        run = _Run(task, data, datasets, run_dir, strategy, role, logs_dir)
+        planner = _planner(config, run, resumed, watch)
+        config, probe = _choose_depth(config, planner.plan)
+        session = _build_session(config, run, planner)
+        progress, verbose = _progress(session, run, planner, resumed, verbose, watch)
+        with watch.phase("train"):
+            session = _plan(session, run, planner, probe)
+            history = _fit(session, run, planner, progress, verbose)
+        with watch.phase("eval"):
+            chosen, metrics, parts = _select_and_evaluate(session, run, planner)
+        metrics.update(_run_record(session, run, planner, chosen, parts, history))
+        if role.is_chief:
+            _save(session, run, metrics, watch)
+        return metrics
 
 
-def _worker_resumes(run_dir):
-    """Whether a non-chief worker resumes: the chief prepares (and checks)
-    the shared run directory; another worker only reads whether it holds a
-    checkpoint to restore."""
-    return os.path.isfile(os.path.join(run_dir, "checkpoints", "resume", "LATEST"))
+@contextlib.contextmanager
+def _run_directory(run_dir, config, overwrite, role):
+    """Yields whether the run resumes.  The chief locks the directory (one
+    process per run directory; multi-worker workers share it) and prepares
+    it; another worker only reads whether it holds a checkpoint to restore."""
+    if not role.is_chief:
+        yield os.path.isfile(os.path.join(run_dir, "checkpoints", "resume", "LATEST"))
+        return
+    with RunDirLock(run_dir):
+        yield prepare_run_dir(run_dir, config, overwrite)
 
 
-def _train(config, run_dir, strategy, resumed, verbose, watch):
+@contextlib.contextmanager
+def _process_settings(config):
+    """The run's seed, op determinism and dtype policy.
+
+    Op determinism and the dtype policy are process-wide: set for this run,
+    and the caller's given back afterwards (a deterministic run left on
+    would, among others, make Keras drop jit_compile silently in every
+    later run of the process).
+    """
+    keras.utils.set_random_seed(config.seed)
+    determinism_was = tf_config.is_op_determinism_enabled()
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.config.set_dtype_policy(config.precision)
     try:
-        return _train_steps(config, run_dir, strategy, resumed, verbose, watch)
+        yield
+    finally:
+        keras.config.set_dtype_policy("float32")
+        if not determinism_was:
+            # No public API turns it off; this is what enable() undoes.
+            tf_config.disable_op_determinism()
+
+
+@contextlib.contextmanager
+def _data_errors_explained():
+    """A streamed corpus's bad line, found when the stream reached it, as a
+    ValueError naming the file and line (`data_error_message`)."""
+    try:
+        yield
     except tf.errors.InvalidArgumentError as error:
-        # A streamed corpus's bad line, found when the stream reached it.
         message = data_error_message(error)
         if message is None:
             raise
         raise ValueError(message) from None
 
 
-def _train_steps(config, run_dir, strategy, resumed, verbose, watch):
-    task = get_task(config.task)
-    config, data = _load_data(config, task, run_dir, watch)
-    if verbose and data.summary:
-        print(data.summary, flush=True)
-    if isinstance(data.train, StreamedCorpus):
-        _share_stream(data.train, strategy, run_dir, verbose)
-    with watch.phase("data"):
-        datasets = _datasets(config, task, data)
-    with contextlib.ExitStack() as stack:
-        worker_logs = None if _is_chief() else stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="worker-logs-"))
-        run = _Run(task, data, datasets, run_dir, strategy, worker_logs)
-        return _train_run(config, run, resumed, verbose, watch)
+@contextlib.contextmanager
+def _logs_dir(run_dir, role):
+    """Where summaries go: the run directory's for the chief; a temporary
+    folder of its own for another worker (never read)."""
+    if role.is_chief:
+        yield os.path.join(run_dir, "logs")
+        return
+    with tempfile.TemporaryDirectory(prefix="worker-logs-") as folder:
+        yield folder
 
 
-def _share_stream(corpus, strategy, run_dir, verbose):
+def _share_stream(data, strategy, run_dir, role, verbose):
     """Gives a streamed corpus this worker's share and its pass record.
 
     Under a multi-worker strategy each worker streams its own share
@@ -207,67 +230,68 @@ def _share_stream(corpus, strategy, run_dir, verbose):
     another worker's share has passes of other lengths, so it keeps its
     record in memory (a resume re-reads its stream up to the step).
     """
+    corpus = data.train
+    if not isinstance(corpus, StreamedCorpus):
+        return
     corpus.workers = worker_position(strategy)
     num_workers, _ = corpus.workers
-    path = os.path.join(run_dir, "stream_passes.json") if _is_chief() else None
-    corpus.pass_lengths = PassLengths(path, write=_is_chief())
+    path = os.path.join(run_dir, "stream_passes.json") if role.is_chief else None
+    corpus.pass_lengths = PassLengths(path, write=role.is_chief)
     if num_workers > 1 and verbose:
         share = worker_sharding(len(corpus.columns[0]), *corpus.workers)
         print(f"{share.describe()} {worker_batch_note(num_workers)}", flush=True)
 
 
-def _train_run(config, run, resumed, verbose, watch):
-    """`_train_steps` from the datasets on: plan, fit, select, evaluate, save."""
-    task, datasets, run_dir = run.task, run.datasets, run.run_dir
-    planner = budget.TimeBudget.for_run(
-        config, watch, datasets.steps_per_epoch, run_dir, resumed, _is_chief()
-    )
-    config, probe = _choose_depth(config, planner.plan)
-    session = _build_session(config, run, planner)
+def _planner(config, run, resumed, watch):
+    """The run's `TimeBudget`, with the plan a resumed run made."""
+    return TimeBudget.for_run(config, watch, run.datasets.steps_per_epoch, run.run_dir,
+                              resumed, run.role.is_chief, run.task)
+
+
+def _progress(session, run, planner, resumed, verbose, watch):
+    """(the `RunProgress` of verbose="auto", or None; `fit`'s own verbosity).
+
+    verbose="auto": our own line per epoch (a bar in a terminal) with the
+    run's time left; an integer: Keras' own progress output.
+    """
     if resumed and verbose:
-        print(f"Resuming {run_dir} from step {session.checkpoint.step}.", flush=True)
-    # verbose="auto": our own line per epoch (a bar in a terminal) with the
-    # run's time left; an integer: Keras' own progress output.
-    progress = None
-    if verbose == "auto":
-        progress = RunProgress(planner.plan.total_steps, datasets.steps_per_epoch,
-                               config.epochs, started_at=watch.started_at)
-        verbose = 0
-    with watch.phase("train"):
-        if not planner.plan.planned:
-            session = _plan(session, run, planner, probe)
-        if _is_chief():
-            write_hparams(run.logs_dir, session.config)
-        history = _fit(session, run, planner, progress, verbose)
-    with watch.phase("eval"):
-        barrier(run.strategy)  # the chief's last epoch written before workers select
-        chosen, metrics, parts = _select_and_evaluate(session, run, planner)
-    metrics.update({
+        print(f"Resuming {run.run_dir} from step {session.checkpoint.step}.", flush=True)
+    if verbose != "auto":
+        return None, verbose
+    progress = RunProgress(planner.plan.total_steps, run.datasets.steps_per_epoch,
+                           session.config.epochs, started_at=watch.started_at)
+    return progress, 0
+
+
+def _run_record(session, run, planner, chosen, parts, history):
+    """What metrics.json records of the run beside the task's figures."""
+    config = session.config
+    return {
         "steps": int(session.checkpoint.step),
-        "steps_per_epoch": datasets.steps_per_epoch,
+        "steps_per_epoch": run.datasets.steps_per_epoch,
         "epochs": config.epochs,
-        "from_data": {n: getattr(config, n) for n in task.data_fields},
+        "from_data": {n: getattr(config, n) for n in run.task.data_fields},
         "plan": planner.plan.to_json(),
         "selection": chosen,
         "eval_parts_seconds": parts,
         "stopped_by_deadline": bool(planner.deadline is not None and planner.deadline.hit),
         "history": {k: [float(v) for v in vals] for k, vals in history.items()},
-    })
-    if _is_chief():
-        _save(session, run, metrics, watch)
-    return metrics
+    }
 
 
-def _load_data(config, task, run_dir, watch):
+def _load_data(config, task, run_dir, role, watch, verbose):
     """(config with its data-sized fields filled, the task's data); the
-    vocabulary and class names learnt, or reloaded on resume."""
+    vocabulary and class names learnt (written by the chief), or reloaded
+    on resume."""
     with watch.phase("data"):
         data = task.load_data(config, run_dir)
     # Sizes the config leaves null come from the data (`Task.data_fields`);
     # the same data give the same values on resume.
     config = task.resolve_config(config, data)
     with watch.phase("vocabulary"):
-        task.prepare(config, data, run_dir, write=_is_chief())
+        task.prepare(config, data, run_dir, write=role.is_chief)
+    if verbose and data.summary:
+        print(data.summary, flush=True)
     return config, data
 
 
@@ -351,7 +375,7 @@ def _choose_depth(config, plan):
     a budgeted one returns the preset's depth too, which it builds instead
     if even that would make enough passes (`_plan`).
     """
-    if plan is not None and plan.num_layers is not None:
+    if plan is not None:  # a `Plan`, or the `DepthChoice` a run made before its last kill
         return _with_num_layers(config, plan.num_layers), None
     if plan is None and _short_depth_applies(config):
         probe = None
@@ -379,14 +403,15 @@ def _build_session(config, run, planner):
     task, data = run.task, run.data
     with run.strategy.scope():
         model, loss, metrics, hidden_dim = _build(config, task, data)
-        recipe = planner.resolve_recipe(config, task, hidden_dim, run.datasets.batch_tokens)
-        schedule = adaptive.build_schedule(config, hidden_dim, recipe)
-        optimizer = adaptive.build_optimizer(schedule, recipe["weight_decay"])
+        recipe = planner.resolve_recipe(config, task, hidden_dim, run.datasets.batch_tokens,
+                                        preset_config(config).num_layers)
+        schedule = build_schedule(config, hidden_dim, recipe)
+        optimizer = build_optimizer(schedule, recipe.weight_decay)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                       jit_compile=config.jit_compile)
     checkpoint = ResumableCheckpoint(
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
-        is_chief=_is_chief(),
+        is_chief=run.role.is_chief,
     )
     with run.strategy.scope():  # a distributed optimizer builds its slots in its scope
         checkpoint.restore(model)
@@ -401,12 +426,12 @@ def _build_session(config, run, planner):
     callbacks += [
         selection.EpochScores(
             run.run_dir, monitor, mode, config.keep_epoch_checkpoints,
-            config.early_stopping_patience, is_chief=_is_chief(),
+            config.early_stopping_patience, is_chief=run.role.is_chief,
         ),
         LearningRateLogger(),
         WallClockTimer(),
     ]
-    if _is_chief():  # summaries are the chief's alone
+    if run.role.is_chief:  # summaries are the chief's alone
         callbacks += [
             StepScalars(os.path.join(run.logs_dir, "train"), config.log_every_steps),
             keras.callbacks.TensorBoard(run.logs_dir),
@@ -423,13 +448,15 @@ def _plan(session, run, planner, probe):
     pay, that depth is built and planned afresh, as if never shallower (its
     checkpoints and updates are gone).  Returns the session the run trains.
     """
+    if planner.plan.planned:  # a run of `epochs` passes, or a resumed one
+        return session
     planner.calibrate(session, run.datasets)
     if probe is not None and planner.preset_depth_is_long(session.model, probe):
         session.checkpoint.discard()
         estimate = planner.start_over(probe)  # a kill from here on resumes at this depth
         session = _build_session(_with_num_layers(session.config, probe), run, planner)
         planner.calibrate(session, run.datasets)
-        planner.plan.preset_depth_passes = estimate
+        planner.plan = planner.plan.with_measured(preset_depth_passes=estimate)
     planner.finish_planning()
     return session
 
@@ -446,6 +473,8 @@ def _fit(session, run, planner, progress, verbose):
     """
     config, model, checkpoint = session.config, session.model, session.checkpoint
     steps_per_epoch, deadline = run.datasets.steps_per_epoch, planner.deadline
+    if run.role.is_chief:
+        write_hparams(run.logs_dir, config)
     callbacks = _fit_callbacks(session, planner, progress)
     history = {}
     while segments := _segments(checkpoint.step, planner.plan.total_steps, steps_per_epoch):
@@ -453,7 +482,7 @@ def _fit(session, run, planner, progress, verbose):
         barrier(run.strategy)  # every worker reads the chief's scores alike
         if planner.timer is not None and steps == steps_per_epoch:
             # The whole rest of the run, to the largest plan a revision
-            # can make; `_StopAtPlanEnd` ends it where the plan does.  (A
+            # can make; `StopAtPlanEnd` ends it where the plan does.  (A
             # shorter segment, the epoch the calibration began, is one
             # epoch already.)
             epochs = -(-planner.max_steps // steps_per_epoch)
@@ -487,15 +516,15 @@ def _fit_callbacks(session, planner, progress):
     deadline, dropout switched off, and a budgeted run's revisions."""
     checkpoint = session.checkpoint
     callbacks = session.callbacks + [c for c in (progress, planner.deadline) if c is not None]
-    callbacks.append(_FirstUpdate(planner.watch))
+    callbacks.append(FirstUpdate(planner.watch))
     # A revision may make a budgeted run short after it began with
-    # dropout: from then on it trains without (`_DropoutOffAt`), and a
+    # dropout: from then on it trains without (`DropoutOffAt`), and a
     # resumed run switches at the same update.
-    dropout_off_at = planner.settle(preset_config(session.config).num_layers)
+    dropout_off_at = planner.settle()
     if dropout_off_at is not None and checkpoint.step >= dropout_off_at:
-        budget.disable_dropout(session.model)
+        disable_dropout(session.model)
     elif dropout_off_at is not None:
-        callbacks = callbacks + [_DropoutOffAt(checkpoint, dropout_off_at)]
+        callbacks = callbacks + [DropoutOffAt(checkpoint, dropout_off_at)]
     if progress is not None:
         progress.set_plan(planner.plan.total_steps)
     if planner.timer is not None:
@@ -508,8 +537,8 @@ def _fit_callbacks(session, planner, progress):
 
         callbacks = callbacks + [
             planner.timer,
-            _StopAtPlanEnd(checkpoint, planner),
-            _AfterEpoch(revise),
+            StopAtPlanEnd(checkpoint, planner),
+            AfterEpoch(revise),
         ]
     return callbacks
 
@@ -517,16 +546,13 @@ def _fit_callbacks(session, planner, progress):
 def _select_and_evaluate(session, run, planner):
     """(the selection made, the task's metrics, seconds of each part)."""
     config = session.config
-    k = config.average_last if config.average_last > 1 else config.keep_epoch_checkpoints
-    choice = config.selection
-    if choice == "auto" and config.average_last > 1:
-        choice = "average_last"
+    barrier(run.strategy)  # the chief's last epoch written before workers select
     timed = budget.Stopwatch()
     with timed.phase("selection"):
-        chosen = selection.select(session.model, run.run_dir, k, session.validation_score,
-                                  choice)
+        chosen = selection.select(session.model, run.run_dir, config.keep_epoch_checkpoints,
+                                  session.validation_score, config.selection)
     metrics = run.task.evaluate(config, session.model, run.data, run.datasets.valid,
-                                planner.evaluation_plan())
+                                planner.final_evaluation())
     parts = {name: round(seconds, 2)
              for name, seconds in {**timed.phases, **metrics.pop("eval_parts", {})}.items()}
     return chosen, metrics, parts
@@ -540,72 +566,6 @@ def _save(session, run, metrics, watch):
     write_json_atomically(os.path.join(run.run_dir, "metrics.json"), metrics)
     write_final_metrics(run.logs_dir, session.config, metrics, int(session.checkpoint.step))
     compact_finished_run(run.run_dir)
-
-
-class _DropoutOffAt(keras.callbacks.Callback):
-    """Turns dropout off before the update after global step `step`.
-
-    A resumed run whose plan turned dropout off at `step` (a revision found
-    the run short) trains with dropout up to that update and without it
-    from there, as the run it resumes did.  `fit` looks its step function
-    up at every update, so the retraced one takes over at once.
-    """
-
-    def __init__(self, checkpoint, step):
-        super().__init__()
-        self.checkpoint = checkpoint
-        self.step = int(step)
-        self.done = False
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if not self.done and self.checkpoint.step >= self.step:
-            self.done = True
-            budget.disable_dropout(self.model)
-
-
-class _FirstUpdate(keras.callbacks.Callback):
-    """Marks the command's first update on its `Stopwatch` (`first_update_at_second`
-    in metrics.json: the start-up a user waits through, data and vocabulary
-    included); a budgeted run's first update is its calibration's, marked there."""
-
-    def __init__(self, watch):
-        super().__init__()
-        self.watch = watch
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.watch.mark("first_update")
-
-
-class _StopAtPlanEnd(keras.callbacks.Callback):
-    """Ends `fit` at the update that completes the plan (its `total_steps`).
-
-    The plan is read at every update, so a revision made after an epoch
-    moves the end of the `fit` already running.  Keras still validates the
-    epoch it stops in, as it does at an epoch's natural end.
-    """
-
-    def __init__(self, checkpoint, planner):
-        super().__init__()
-        self.checkpoint = checkpoint  # ordered before this callback: its step is current
-        self.planner = planner
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.checkpoint.step >= self.planner.plan.total_steps:
-            self.model.stop_training = True
-
-
-class _AfterEpoch(keras.callbacks.Callback):
-    """Calls `revise()` at each epoch's end, last of the callbacks; stops
-    `fit` when it returns True.  Nothing is revised in an epoch that already
-    stops `fit` (the plan's end, the deadline, early stopping)."""
-
-    def __init__(self, revise):
-        super().__init__()
-        self.revise = revise
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not self.model.stop_training and self.revise():
-            self.model.stop_training = True
 
 
 def _stream_from(stream, step):

@@ -37,8 +37,8 @@ from training.config import load_config
 from training.data import readers, toy
 from training.monitor.attention_plot import attention_figure
 from training.monitor.evaluation import Translator, bleu_scores
+from training.optimization.schedule import TransformerSchedule, WarmupLinearSchedule
 from training.pipeline import datasets
-from training.recipe.schedule import TransformerSchedule, WarmupLinearSchedule
 from training.runs.run_dir import load_run
 from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 from training.train import train

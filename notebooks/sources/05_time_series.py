@@ -43,7 +43,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from keras_transformer.models import TransformerClassifier
 from training.data import synthetic_series
 from training.data.readers import read_ucr
-from training.recipe.schedule import paper_optimizer
+from training.optimization.schedule import paper_optimizer
 
 keras.utils.set_random_seed(0)
 plt.rcParams.update({"figure.dpi": 80})

@@ -45,7 +45,7 @@ import tensorflow as tf
 
 from keras_transformer.models import TransformerClassifier
 from training.data import synthetic_series
-from training.recipe.schedule import TransformerSchedule, paper_optimizer
+from training.optimization.schedule import TransformerSchedule, paper_optimizer
 
 tf.get_logger().setLevel("ERROR")  # no INFO lines for every all-reduce
 plt.rcParams.update({"figure.dpi": 80})
@@ -140,9 +140,8 @@ print(
 #   more data, and the run makes R times fewer updates in all. The paper's
 #   4,000 warm-up steps were tuned for its ~25,000-token batches on 8 GPUs
 #   (Section 5.1). When the global batch grows, keep `warmup_steps` in steps
-#   and raise the rate with care (the schedule's `scale`, or
-#   `learning_rate_scale` with `schedule="paper"`; linear scaling with the
-#   batch is an upper bound, square-root scaling a safer start).
+#   and raise the rate with care (the schedule's `scale`; linear scaling
+#   with the batch is an upper bound, square-root scaling a safer start).
 # - **`train`'s default schedule (`schedule="auto"`) does this itself.** Its
 #   peak grows as the square root of the global batch's tokens up to 1,024
 #   (`training/recipe/adaptive.py`), and its warm-up is a tenth of the updates the run

@@ -27,15 +27,7 @@ records in `plan.json`.
 
 import math
 
-import keras
-
-from training.recipe.schedule import (
-    PAPER_BETA_1,
-    PAPER_BETA_2,
-    PAPER_EPSILON,
-    TransformerSchedule,
-    WarmupLinearSchedule,
-)
+from training.recipe.plan import Recipe
 
 REFERENCE_WIDTH = 256
 REFERENCE_PEAK = 1e-3
@@ -73,6 +65,11 @@ def peak_learning_rate(hidden_dim, batch_tokens=None):
     return REFERENCE_PEAK * width * batch
 
 
+def paper_peak_learning_rate(hidden_dim, warmup):
+    """The "paper" schedule's peak, reached at update `warmup`: d_model^-0.5 * warmup^-0.5."""
+    return int(hidden_dim) ** -0.5 * int(warmup) ** -0.5
+
+
 def warmup_steps(total_steps, share=WARMUP_SHARE):
     """A tenth of the run, at least min(100, total / 4), at most 4,000."""
     if total_steps < 2:
@@ -82,15 +79,14 @@ def warmup_steps(total_steps, share=WARMUP_SHARE):
 
 
 def resolve(config, task, hidden_dim, batch_tokens, total_steps):
-    """The schedule and optimizer values a run uses (a JSON-able dict).
+    """The schedule and optimizer values a run uses: its `Recipe`.
 
     `task` (a `training.tasks.Task`) says whether the peak scales with the
     batch's tokens and gives its default weight decay.
     """
     if config.schedule == "paper":
         warmup = config.warmup_steps or PAPER_WARMUP
-        peak = TransformerSchedule(hidden_dim, warmup, config.learning_rate_scale)
-        peak = peak.peak_learning_rate()
+        peak = paper_peak_learning_rate(hidden_dim, warmup)
     else:
         warmup = config.warmup_steps or warmup_steps(total_steps)
         warmup = min(warmup, total_steps - 1)
@@ -99,35 +95,11 @@ def resolve(config, task, hidden_dim, batch_tokens, total_steps):
     weight_decay = config.weight_decay
     if weight_decay is None:
         weight_decay = 0.0 if config.schedule == "paper" else task.recipe_defaults()["weight_decay"]
-    return {
-        "schedule": config.schedule,
-        "peak_learning_rate": float(peak),
-        "warmup_steps": int(warmup),
-        "total_steps": int(total_steps),
-        "weight_decay": float(weight_decay),
-        "batch_tokens": float(batch_tokens),
-    }
-
-
-def build_schedule(config, hidden_dim, recipe):
-    """The learning-rate schedule of `config.schedule` for `recipe`."""
-    if config.schedule == "paper":
-        return TransformerSchedule(
-            hidden_dim, recipe["warmup_steps"], config.learning_rate_scale
-        )
-    return WarmupLinearSchedule(
-        recipe["peak_learning_rate"], recipe["warmup_steps"], recipe["total_steps"]
+    return Recipe(
+        schedule=config.schedule,
+        peak_learning_rate=float(peak),
+        warmup_steps=int(warmup),
+        total_steps=int(total_steps),
+        weight_decay=float(weight_decay),
+        batch_tokens=float(batch_tokens),
     )
-
-
-def build_optimizer(schedule, weight_decay):
-    """Adam with the paper's betas and epsilon; AdamW when `weight_decay`.
-
-    AdamW's decay skips biases and LayerNorm scales and offsets.
-    """
-    common = dict(beta_1=PAPER_BETA_1, beta_2=PAPER_BETA_2, epsilon=PAPER_EPSILON)
-    if not weight_decay:
-        return keras.optimizers.Adam(schedule, **common)
-    optimizer = keras.optimizers.AdamW(schedule, weight_decay=weight_decay, **common)
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return optimizer

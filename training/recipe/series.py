@@ -3,11 +3,12 @@
 A user with a UCR file pair gives only the paths; what the file shows (N
 training series of T steps, K classes, F features) decides the sizes below.
 The fixed parts of the recipe (the same for every file) are in the
-`timeseries` and `series_classification` presets (`training/configs/`) and
-`SeriesClassification.recipe_defaults`; the evidence for each rule is in
-`benchmarks/explore_series.py` (hold-out runs on ArrowHead, OSULeaf and
-ACSF1, `benchmarks/results/explore_series.jsonl`) and the test figures on
-other UCR sets in `benchmarks/results/series_recipe.jsonl`.
+`timeseries` preset (`training/configs/`) and
+`SeriesClassification.recipe_defaults`; the evidence for each rule is the
+experiment log's hold-out runs on ArrowHead, OSULeaf and ACSF1 ("The patch
+recipe's rules, from hold-out runs", rows in
+`benchmarks/results/explore_series.jsonl`) and the test figures on other
+UCR sets in `benchmarks/results/series_recipe.json`.
 
 Data rules (`series_recipe`):
 

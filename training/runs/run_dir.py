@@ -31,7 +31,7 @@ import socket
 import keras
 
 import keras_transformer  # noqa: F401  (registers the serializable classes)
-import training.recipe.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
+import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
 from training.config import TrainingConfig
 from training.runs.predict import predict_run
 from training.tasks import get_task

@@ -19,7 +19,8 @@ Who calls what:
 | `data_defaults`, `resolve_config` | `training.train`, after `load_data` |
 | `load_data`, `prepare`, `make_dataset`, `batch_tokens` | `training.train` (data, vocabulary) |
 | `build_model`, `loss_and_metrics` | `training.train._build` |
-| `validation_score`, `time_evaluation`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
+| `validation_score`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
+| `evaluation_plan_type`, `time_evaluation` | `training.loop.time_budget` |
 | `load_assets` | `training.runs.run_dir.load_run` |
 | `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.runs.predict`, `export.verify` |
 | `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
@@ -29,6 +30,7 @@ import json
 import os
 
 from training.recipe import budget
+from training.recipe.plan import EvaluationPlan, FinalEvaluation
 from training.tasks.options import TaskOptions, option_defaults, option_names
 from training.text.tokenizers import load_tokenizer
 
@@ -181,19 +183,26 @@ class Task:
         """(score(model) -> float, higher is better; epoch-log monitor; mode)."""
         raise NotImplementedError
 
-    def time_evaluation(self, config, model, data, score, seconds_loss, plan):
-        """(seconds of one score beyond the loss pass, seconds kept for the end).
+    def evaluation_plan_type(self):
+        """The `EvaluationPlan` class of what `time_evaluation` decides."""
+        return EvaluationPlan
+
+    def time_evaluation(self, config, model, data, score, seconds_loss, evaluation):
+        """(seconds of one score beyond the loss pass, seconds kept for the
+        end, the task's `EvaluationPlan`).
 
         Called once while planning a time budget, after one validation pass
-        of `seconds_loss` (and after each epoch of it, with the plan's
-        `seconds_per_validation` in its place).  Where `fit_validates` is
+        of `seconds_loss`, with `evaluation` None (and after each epoch of
+        it, with the plan's `seconds_per_validation` in its place and the
+        evaluation plan it returned before).  Where `fit_validates` is
         false no loss pass ends an epoch: the first figure is then the whole
         per-epoch score. The end is selection, the test evaluation and
         saving: by default a few validation passes.  A task may leave a
         costly part of its test out of a short budget by recording that in
-        `plan` (plan.json, which `evaluate` then receives, on resume too).
+        its evaluation plan (plan.json, which `evaluate` then receives, on
+        resume too).
         """
-        return 0.0, 5.0 + 3 * seconds_loss
+        return 0.0, 5.0 + 3 * seconds_loss, EvaluationPlan()
 
     def callbacks(self, config, model, data, logs_dir):
         """Task callbacks, placed before the pipeline's (TensorBoard last)."""
@@ -208,17 +217,18 @@ class Task:
     def evaluate(self, config, model, data, valid, plan=None):
         """{"valid_<metric>": ..., test figures...} of the final model.
 
-        `plan`: the run's plan.json (what `time_evaluation` decided); under a
-        time budget also `end_time`, the `time.time()` by which the test
-        must be done: a task leaves out an optional part that would not end
-        by then, and says so in the metrics.  A task may return
+        `plan`: a `training.recipe.plan.FinalEvaluation`, the evaluation plan
+        `time_evaluation` returned and, under a time budget, `end_time`, the
+        `time.time()` by which the test must be done: a task leaves out an
+        optional part that would not end by then, and says so in the
+        metrics.  A task may return
         `eval_parts`, {part: seconds}, which `metrics.json` records (rounded).
         """
         watch = budget.Stopwatch()
         with watch.phase("valid"):
             results = model.evaluate(valid, verbose=0, return_dict=True)
         metrics = {f"valid_{k}": float(v) for k, v in results.items()}
-        metrics.update(self.evaluate_test(config, model, data, plan or {}))
+        metrics.update(self.evaluate_test(config, model, data, plan or FinalEvaluation()))
         metrics["eval_parts"] = {**watch.phases, **metrics.get("eval_parts", {})}
         return metrics
 

@@ -15,7 +15,7 @@ from keras_transformer.models import (
     TextCNNClassifier,
     TransformerClassifier,
 )
-from training.recipe.losses import SparseSmoothedCrossentropy
+from training.optimization.losses import SparseSmoothedCrossentropy
 from training.serving import signatures, tflite_programs
 from training.tasks.common import preset_config, with_cardinality
 

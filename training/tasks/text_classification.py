@@ -1,5 +1,6 @@
 """Text classification: labelled sentences -> a `TextCNNClassifier` (the presets) or a token `TransformerClassifier`."""
 
+import dataclasses
 import time
 
 import numpy as np
@@ -7,6 +8,7 @@ import numpy as np
 from training.data import readers, shards
 from training.data.common import TaskData, require_file, resolve_data_dir
 from training.pipeline import datasets, prepared, streaming
+from training.recipe.plan import EvaluationPlan, FinalEvaluation
 from training.recipe.series import ENSEMBLE_SIZE
 from training.serving.signatures import fill_empty_rows_numpy
 from training.tasks import classifiers
@@ -61,6 +63,14 @@ def _labelled_lines(lines, label_names=None):
              if label and (label_names is None or label in label_names)]
     ids, names = readers.label_ids([label for label, _ in pairs], label_names)
     return [text for _, text in pairs], ids, names
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossFitEvaluationPlan(EvaluationPlan):
+    """A cross-fitted run's timings, made once while planning (seconds)."""
+
+    seconds_out_of_fold: float  # the out-of-fold scores that end an epoch
+    seconds_ensemble_pass: float  # the whole ensemble's pass the end still makes
 
 
 class TextClassification(Task):
@@ -315,25 +325,28 @@ class TextClassification(Task):
             return self.out_of_fold(config, data), "val_accuracy", "max"
         return classifiers.accuracy_score(valid)
 
-    def time_evaluation(self, config, model, data, score, seconds_loss, plan):
+    def evaluation_plan_type(self):
+        return CrossFitEvaluationPlan if self.cross_fit_members else EvaluationPlan
+
+    def time_evaluation(self, config, model, data, score, seconds_loss, evaluation):
         if not self.cross_fit_members:
-            return super().time_evaluation(config, model, data, score, seconds_loss, plan)
+            return super().time_evaluation(config, model, data, score, seconds_loss, evaluation)
         # Cross-fitted, an epoch ends with the out-of-fold scores alone
         # (`fit_validates` is false): timed once, while planning, and kept in
         # plan.json with the whole ensemble's pass (`seconds_loss` then),
         # which the end still makes over the test file; a revision of the
         # plan passes the per-epoch figure as `seconds_loss` and re-times nothing.
-        if "seconds_out_of_fold" not in plan:
+        if evaluation is None:
             started = time.perf_counter()
             score(model)
-            plan["seconds_out_of_fold"] = round(time.perf_counter() - started, 3)
-            plan["seconds_ensemble_pass"] = round(seconds_loss, 3)
-        per_epoch = plan["seconds_out_of_fold"]
+            evaluation = CrossFitEvaluationPlan(round(time.perf_counter() - started, 3),
+                                                round(seconds_loss, 3))
+        per_epoch = evaluation.seconds_out_of_fold
         # The end: the default reserve, counted in the ensemble's passes.
-        _, final = super().time_evaluation(
-            config, model, data, score, max(plan["seconds_ensemble_pass"], per_epoch), plan
+        _, final, _ = super().time_evaluation(
+            config, model, data, score, max(evaluation.seconds_ensemble_pass, per_epoch), None
         )
-        return per_epoch, final
+        return per_epoch, final, evaluation
 
     def callbacks(self, config, model, data, logs_dir):
         if self.cross_fit_members:
@@ -358,7 +371,7 @@ class TextClassification(Task):
         if len(data.test) == 3:  # the validation folds also test: these scores, not a second pass
             metrics.update({f"test_{k}": v for k, v in scores.items()})
         else:
-            metrics.update(self.evaluate_test(config, model, data, plan or {}))
+            metrics.update(self.evaluate_test(config, model, data, plan or FinalEvaluation()))
         return metrics
 
     def evaluate_test(self, config, model, data, plan=None):

@@ -1,5 +1,6 @@
 """Translation: parallel sentences -> a seq2seq `Transformer`, scored by BLEU."""
 
+import dataclasses
 import math
 import os
 import time
@@ -22,13 +23,14 @@ from training.monitor.tensorboard import (
     ValidationBleu,
     attention_example,
 )
-from training.pipeline import datasets, prepared, streaming
-from training.recipe import budget
-from training.recipe.losses import (
+from training.optimization.losses import (
     MaskedAccuracy,
     MaskedPerplexity,
     MaskedSparseCategoricalCrossentropy,
 )
+from training.pipeline import datasets, prepared, streaming
+from training.recipe import budget
+from training.recipe.plan import EvaluationPlan, FinalEvaluation
 from training.serving.signatures import BEAM_SIZE, TranslatorModule
 from training.serving.tflite_programs import translator_tflite
 from training.tasks.base import Task
@@ -96,6 +98,16 @@ def final_length_share(tokenizer, hypotheses, references, floor=0.5):
     if not written:
         return 1.0
     return float(min(1.0, max(floor, count(references) / written)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationEvaluationPlan(EvaluationPlan):
+    """What a budgeted translation run decided about its test, and the
+    decoding loops' trace times it measured once (seconds)."""
+
+    test_beam: bool  # the test runs the beam search (else greedy BLEU only)
+    seconds_decoding_trace: float  # the greedy loop's first trace
+    seconds_beam_trace: float | None = None  # the beam loop's (None: not traced then)
 
 
 class Translation(Task):
@@ -305,9 +317,11 @@ class Translation(Task):
 
         return bleu, "val_bleu", "max"
 
-    def time_evaluation(self, config, model, data, score, seconds_loss, plan):
-        beam = config.beam_size > 1
-        plan["test_beam"] = beam
+    def evaluation_plan_type(self):
+        return TranslationEvaluationPlan
+
+    def time_evaluation(self, config, model, data, score, seconds_loss, evaluation):
+        beam = test_beam = config.beam_size > 1
         # Without validation BLEU (`eval_sentences=0`) the test still decodes:
         # one batch of validation sentences times it.
         n = min(config.eval_sentences or DECODE_BATCH, len(data.valid[0]))
@@ -320,7 +334,9 @@ class Translation(Task):
         hypotheses = translator(sources)
         seconds_score = time.time() - started
         # Measured once, while planning; each later call finds the loop traced.
-        trace = plan.setdefault("seconds_decoding_trace", round(max(0.0, first), 2))
+        trace = round(max(0.0, first), 2) if evaluation is None else (
+            evaluation.seconds_decoding_trace)
+        beam_trace = None if evaluation is None else evaluation.seconds_beam_trace
         seconds_final_score = seconds_score * final_length_share(
             self.tokenizer, hypotheses, references
         )
@@ -335,7 +351,7 @@ class Translation(Task):
             # A user who gives a run ten minutes wants the model trained, not
             # three of them spent on a beam-search score: greedy only.
             seconds_beam = 0.0
-            plan["test_beam"] = False
+            test_beam = False
         elif beam:
             # The beams' own loop is traced now, in the training's measured
             # time, rather than at the end, where its cost was a guess.
@@ -343,7 +359,7 @@ class Translation(Task):
             if not beams.traced:
                 started = time.time()
                 beams(sources[:1])
-                plan["seconds_beam_trace"] = round(time.time() - started, 2)
+                beam_trace = round(time.time() - started, 2)
             seconds_beam = BEAM_OVER_GREEDY * test_greedy
         # An epoch's score and the end's selection and saving: validation
         # decodes, or (validated by loss) what any task spends on them.
@@ -353,10 +369,11 @@ class Translation(Task):
             seconds_epoch = seconds_score
             seconds_rest = 5.0 + 3 * seconds_final_score + seconds_loss
         else:
-            seconds_epoch, seconds_rest = super().time_evaluation(
-                config, model, data, score, seconds_loss, plan
+            seconds_epoch, seconds_rest, _ = super().time_evaluation(
+                config, model, data, score, seconds_loss, None
             )
-        return seconds_epoch, seconds_rest + test_greedy + seconds_beam
+        evaluation = TranslationEvaluationPlan(test_beam, trace, beam_trace)
+        return seconds_epoch, seconds_rest + test_greedy + seconds_beam, evaluation
 
     def callbacks(self, config, model, data, logs_dir):
         callbacks = []
@@ -375,20 +392,22 @@ class Translation(Task):
         return callbacks
 
     def evaluate_test(self, config, model, data, plan=None):
-        plan = plan or {}
+        plan = plan or FinalEvaluation()
+        evaluation = plan.evaluation  # None: nothing timed, the whole test runs
         sources, references = data.test
         watch = budget.Stopwatch()
         with watch.phase("test_greedy"):
             decoded = {"greedy": self.translator(config, model, beam_size=1)(sources)}
         metrics = {"eval_parts": watch.phases}
-        if config.beam_size > 1 and plan.get("test_beam", True):
+        if config.beam_size > 1 and (evaluation is None or evaluation.test_beam):
             # The plan kept time for the beams; the greedy decode just timed
             # says what they will cost on the machine as it runs now.
             beams = self.translator(config, model, config.beam_size)
-            trace = 0.0 if beams.traced else 2 * plan.get("seconds_decoding_trace", 0.0)
+            traced = 0.0 if evaluation is None else evaluation.seconds_decoding_trace
+            trace = 0.0 if beams.traced else 2 * traced
             estimate = (BEAM_OVER_GREEDY * watch.phases["test_greedy"] + trace) * (
                 1 + budget.FINAL_SLACK)
-            left = plan.get("end_time", math.inf) - time.time()
+            left = plan.end_time - time.time()
             if estimate > left:
                 metrics["test_beam_skipped"] = (
                     f"the beam search would take about {estimate:.0f} s and the time "

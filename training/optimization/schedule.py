@@ -19,7 +19,7 @@ updates and then decays with the inverse square root of the step number:
 Example:
 
 ```python
-from training.recipe.schedule import paper_optimizer
+from training.optimization.schedule import paper_optimizer
 
 optimizer = paper_optimizer(hidden_dim=512)  # warmup_steps=4000 as in the paper
 model.compile(optimizer=optimizer, loss=...)

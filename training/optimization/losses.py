@@ -118,7 +118,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
 
     ```python
     model.compile(
-        optimizer=training.recipe.schedule.paper_optimizer(512),
+        optimizer=training.optimization.schedule.paper_optimizer(512),
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
         metrics=[MaskedAccuracy()],
     )
