@@ -16,7 +16,7 @@ test-fast:
 	$(PY) -m pytest -q -m "not slow"
 
 lint:
-	ruff check keras_transformer training export tests benchmarks
+	ruff check keras_transformer training export cli tests benchmarks
 
 bench:
 	$(PY) -m pip install -e ".[bench]" && for b in benchmarks/bench_*.py; do $(PY) $$b; done

@@ -22,7 +22,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10,<3.14",
-    packages=find_packages(include=["keras_transformer*", "training*", "export*"]),
+    packages=find_packages(include=["keras_transformer*", "training*", "export*", "cli*"]),
     package_data={"training": ["configs/*.json"]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
@@ -66,8 +66,8 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "keras-transformer-train=training.cli.commands:main",
-            "keras-transformer-export=export.cli:main",
+            "keras-transformer-train=cli.training_commands:main",
+            "keras-transformer-export=cli.export_commands:main",
         ]
     },
 )

@@ -1,7 +1,7 @@
 """Export trained models: SavedModel (strings in/out), TFLite/LiteRT, verification.
 
-Submodules are imported on use, so `python -m export --help` does not load
-TensorFlow:
+This file imports nothing, so that `python -m export --help` (the command
+line is `cli/export_commands.py`) does not load TensorFlow.  The exporters:
 
 - `export.saved_model.export_saved_model`: strings-in SavedModel, atomic.
 - `export.tflite.export_tflite`: classifier / greedy translator `.tflite`.

@@ -1,8 +1,8 @@
-"""`python -m export ...`: see `export.cli`."""
+"""`python -m export ...`: see cli/export_commands.py."""
 
 import sys
 
-from export.cli import main
+from cli.export_commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

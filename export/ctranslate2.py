@@ -57,7 +57,10 @@ import json
 import os
 
 import numpy as np
+import sacrebleu
+from keras import ops
 
+from keras_transformer.layers.sinusoidal_position_encoding import sinusoids
 from keras_transformer.models import Transformer
 from keras_transformer.models.transformer_config import (
     END_ID,
@@ -67,7 +70,13 @@ from keras_transformer.models.transformer_config import (
     UNK_ID,
 )
 from training.data.atomic import atomic_directory, check_target
+from training.monitor.evaluation import Translator
+from training.runs.predict import answer_in_batches
 from training.serving.signatures import EXTRA_OUTPUT_LENGTH
+from training.tasks import get_task
+from training.tasks.common import text_input, token_ids
+from training.text.detokenize import detokenize_ids
+from training.text.tokenizers import load_tokenizer
 
 #: `--quantization` choices: CTranslate2's weight types that load on a CPU.
 #: Where the build lacks the kernels, CTranslate2 converts on load, with a
@@ -103,6 +112,8 @@ def import_ctranslate2():
             ctranslate2 is not installed (its `name` is "ctranslate2").
     """
     try:
+        # Imported on use: without the optional extra, the rest of the package
+        # works and a command that needs it fails with one line.
         import ctranslate2
         import ctranslate2.converters
         import ctranslate2.specs
@@ -115,8 +126,6 @@ def import_ctranslate2():
 
 
 def _numpy(weight):
-    from keras import ops
-
     return np.asarray(ops.convert_to_numpy(weight), dtype=np.float32)
 
 
@@ -251,8 +260,6 @@ def _positions(embedding):
     """The `(T, d_model)` table our embedding layer adds at positions 0..T-1."""
     if embedding.positions == "learned":
         return _numpy(embedding.position_encoding.position_embeddings)
-    from keras_transformer.layers.sinusoidal_position_encoding import sinusoids
-
     length = max(embedding.max_sequence_length, MIN_SINUSOID_POSITIONS)
     return _numpy(sinusoids(length, embedding.hidden_dim, 0,
                             embedding.position_encoding.max_wavelength))
@@ -473,8 +480,6 @@ class CTranslate2Translator:
 
     def __init__(self, model_dir, device="cpu", compute_type="default", **translator_options):
         ct2 = import_ctranslate2()
-        from training.text.tokenizers import load_tokenizer
-
         self.model_dir = os.path.abspath(os.fspath(model_dir))
         self.settings = read_settings(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
@@ -573,10 +578,10 @@ class CTranslate2Translator:
             for i, ids in zip(members, decoded, strict=True):
                 outputs[i] = ids
         longest = max((length for _, length in groups), default=self.max_length(width))
-        token_ids = np.full((len(rows), longest), PAD_ID, np.int32)
+        padded = np.full((len(rows), longest), PAD_ID, np.int32)
         for i, ids in enumerate(outputs):
-            token_ids[i, : len(ids)] = ids
-        return token_ids
+            padded[i, : len(ids)] = ids
+        return padded
 
     def translate(self, sentences, beam_size=1, length_penalty=0.0, batch_size=BATCH_SIZE):
         """Sentences -> translations (`str`), punctuation attached as served.
@@ -591,11 +596,6 @@ class CTranslate2Translator:
         Returns:
             One translation per sentence, in order.
         """
-        from training.runs.predict import answer_in_batches
-        from training.tasks import get_task
-        from training.tasks.common import token_ids
-        from training.text.detokenize import detokenize_ids
-
         _check_beam(beam_size)
         task = get_task("translation", tokenizer=self.tokenizer)
         examples = [task.parse_input(sentence) for sentence in sentences]
@@ -628,8 +628,6 @@ def _trimmed(row):
 
 def _batches(tokenizer, sentences, max_sequence_length, batch_size):
     """(sentence indices, ids) of `answer_in_batches`' batches: sorted by length."""
-    from training.tasks.common import token_ids
-
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
@@ -683,12 +681,6 @@ def verify_ctranslate2(run_or_model, model_dir, sentences=None, references=None,
         `references` when given, `beam_size`, `length_penalty` (0),
         `min_identical` and `ok`.
     """
-    import sacrebleu
-
-    from training.monitor.evaluation import Translator
-    from training.tasks.common import text_input
-    from training.text.detokenize import detokenize_ids
-
     model = getattr(run_or_model, "model", run_or_model)
     task = task if task is not None else getattr(run_or_model, "task", None)
     tokenizer = _tokenizer_of(task)

@@ -19,8 +19,10 @@ import json
 import sys
 
 import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  Registers FastBertTokenizer & co.
 
-PROJECT_PACKAGES = ("keras_transformer", "training", "export")
+PROJECT_PACKAGES = ("keras_transformer", "training", "export", "cli")
 
 
 def encode_tensor(array):
@@ -49,9 +51,6 @@ def decode_tensor(tensor):
 
 
 def main(request_path, response_path):
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  Registers FastBertTokenizer & co.
-
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     loaded = tf.saved_model.load(request["saved_model_dir"])

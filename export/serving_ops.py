@@ -31,8 +31,14 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 import zipfile
+
+import tensorflow as tf
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.client import pywrap_tf_session as c_api
 
 OPS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_ops")
 #: The TF Text release linked into the stock TensorFlow Serving image.
@@ -41,8 +47,6 @@ SERVING_TEXT_VERSION = "2.12.1"
 
 def read_saved_model(saved_model_dir):
     """The `SavedModel` protocol buffer of a directory's `saved_model.pb`."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
         return saved_model_pb2.SavedModel.FromString(f.read())
 
@@ -64,15 +68,10 @@ def core_op_names():
     Loaded op libraries (TF Text's) add to the op registry but not to
     `tf.raw_ops`, which is generated when TensorFlow is built.
     """
-    import tensorflow as tf
-
     return {name for name in dir(tf.raw_ops) if not name.startswith("_")}
 
 
 def _registered_ops():
-    from tensorflow.core.framework import op_def_pb2
-    from tensorflow.python.client import pywrap_tf_session as c_api
-
     buffer = c_api.TF_GetAllOpList()
     try:
         registered = op_def_pb2.OpList.FromString(c_api.TF_GetBuffer(buffer))
@@ -95,8 +94,8 @@ def text_op_names():
     The op registry after importing `tensorflow_text`, less the registry of
     a fresh process that imports TensorFlow alone.
     """
-    import subprocess
-
+    # Imported here, not with the module: that fresh process imports this
+    # module, and its registry must be TensorFlow's alone.
     import tensorflow_text  # noqa: F401  Loads its op libraries.
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

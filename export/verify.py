@@ -27,6 +27,7 @@ from export import fresh_process
 from export.quantize import served_model
 from export.saved_model_cli import run_saved_model_cli
 from export.serving_ops import read_saved_model
+from export.tflite_verify import verify_tflite
 from training.tasks.base import require_task
 
 
@@ -246,8 +247,6 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
         `{"saved_model": verify_saved_model(...), "tflite": verify_tflite(...)
         or None, "ok": both ok}`.
     """
-    from export.tflite_verify import verify_tflite
-
     examples = run.task.probe_inputs(run.model)
     saved_model = verify_saved_model(saved_model_dir, run.model, run.task, examples)
     tflite = None

@@ -3,6 +3,12 @@
 Every import of the package's modules is read from the source (top-level
 and inside functions alike, so an import "on use" cannot hide a cycle),
 and checked against the layers of docs/architecture.md, lowest first.
+
+The command line (`cli/`) is the one package that imports both `training`
+and `export`.  `training/__main__.py` and `export/__main__.py` are entry
+points, not modules of their package: `python -m training` and `python -m
+export` run them, and they only hand over to the command line, so they sit
+in its layer and may import it.
 """
 
 import ast
@@ -13,7 +19,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("keras_transformer", "training", "export")
+PACKAGES = ("keras_transformer", "training", "export", "cli")
 
 # Lowest first; a module may import its own layer or one below it.  A
 # module belongs to the longest prefix that names it.
@@ -34,8 +40,33 @@ LAYERS = (
     ("export.quantize", "export.fresh_process", "export.saved_model_cli",
      "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify",
      "export.ctranslate2"),
-    ("training.cli", "export.cli", "training.__main__", "export.__main__"),
+    ("cli", "training.__main__", "export.__main__"),
 )
+
+#: The packages each package may not import, entry points aside: only the
+#: command line imports both training and export.
+FORBIDDEN = {
+    "keras_transformer": ("training", "export", "cli"),
+    "training": ("export", "cli"),
+    "export": ("cli",),
+}
+#: Where imports inside functions are held to a list: what the command line
+#: and the exporters run, and the training modules below them.
+ON_USE_SCOPE = ("cli", "export", "training.data", "training.text", "training.pipeline",
+                "training.monitor", "training.serving", "training.runs")
+#: The imports inside functions there, each kept for the reason its comment
+#: gives: {module: {imported module or name}}.
+IMPORTS_ON_USE = {
+    # After parsing: `--help` and a bad argument stay free of TensorFlow.
+    "cli.training_commands": {"cli.training_handlers"},
+    "cli.export_commands": {"cli.export_handlers"},
+    # TensorFlow imported with its start-up lines captured, by a command that runs.
+    "cli.quiet": {"tensorflow", "tensorflow_text"},
+    # The optional extra: without it, one error line.
+    "export.ctranslate2": {"ctranslate2", "ctranslate2.converters", "ctranslate2.specs"},
+    # A fresh process imports the module to read TensorFlow's op registry alone.
+    "export.serving_ops": {"tensorflow_text"},
+}
 
 
 def _modules():
@@ -145,6 +176,73 @@ def test_imports_point_down():
         if _layer(target) > _layer(name)
     ]
     assert upward == []
+
+
+def is_entry_point(name):
+    """Whether `name` is a `__main__` module, the script of `python -m PACKAGE`."""
+    return name.rpartition(".")[2] == "__main__"
+
+
+def forbidden_imports(graph):
+    """["module imports target", ...] for each import `FORBIDDEN` refuses."""
+    return [
+        f"{name} imports {target}"
+        for name, targets in sorted(graph.items())
+        if not is_entry_point(name)
+        for target in sorted(targets)
+        if target.split(".")[0] in FORBIDDEN.get(name.split(".")[0], ())
+    ]
+
+
+def test_only_the_command_line_imports_both_training_and_export():
+    modules, graph = _graph()
+    assert forbidden_imports(graph) == []
+    # A package's own modules aside, which modules import both packages.
+    both = {name for name, targets in graph.items()
+            if {"training", "export"} <= {t.split(".")[0] for t in targets}
+            - {name.split(".")[0]}}
+    assert both and {name.split(".")[0] for name in both} == {"cli"}
+
+
+def test_the_package_rule_finds_a_forbidden_import():
+    graph = {"training.train": {"export.saved_model": 3, "training.config": 4},
+             "export.verify": {"training.tasks": 5, "cli.errors": 6},
+             "training.__main__": {"cli.training_commands": 7},
+             "cli.main_job": {"training.train": 8, "export.saved_model": 9}}
+    assert forbidden_imports(graph) == [
+        "export.verify imports cli.errors", "training.train imports export.saved_model",
+    ]
+
+
+def imports_inside_functions(path):
+    """The modules (`import m`) and names (`from m import n`: "m.n") imported
+    inside the functions of the file at `path`."""
+    found = set()
+    for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_imports_inside_functions_are_the_listed_ones():
+    modules, _ = _graph()
+    found = {
+        name: imported
+        for name, path in sorted(modules.items())
+        if name.startswith(ON_USE_SCOPE) and (imported := imports_inside_functions(path))
+    }
+    assert found == IMPORTS_ON_USE
+
+
+def test_imports_inside_functions_are_found(tmp_path):
+    path = tmp_path / "lazy.py"
+    path.write_text("import os\n\ndef f():\n    import keras\n    if os:\n"
+                    "        from training.tasks import get_task\n")
+    assert imports_inside_functions(path) == {"keras", "training.tasks.get_task"}
 
 
 @pytest.mark.parametrize("source, target", [

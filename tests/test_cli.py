@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-import export.cli
+from cli import config_help, export_commands, training_commands
+from cli.config_help import first_sentence
 from tests.conftest import REPO_ROOT
-from training.cli import commands, config_help
-from training.cli.config_help import first_sentence
 from training.config import (
     CONFIG_DIR,
     TrainingConfig,
@@ -34,7 +33,7 @@ def _train(tmp_path, *overrides, config="tiny", run="run"):
     return argv
 
 
-def _refused(capsys, argv, match, main=commands.main):
+def _refused(capsys, argv, match, main=training_commands.main):
     """Runs `main(argv)`; checks exit status 2 and one `error:` line naming `match`."""
     status = main(argv)
     err = capsys.readouterr().err
@@ -49,7 +48,7 @@ def _refused(capsys, argv, match, main=commands.main):
 
 def _help(capsys, argv):
     with pytest.raises(SystemExit) as exit_info:
-        commands.main(argv)
+        training_commands.main(argv)
     assert exit_info.value.code == 0
     return capsys.readouterr().out
 
@@ -172,7 +171,7 @@ def test_field_docs_read_comments_groups_types_and_choices():
 
 
 def test_presets_prints_one_line_per_preset_file(capsys):
-    assert commands.main(["presets"]) == 0
+    assert training_commands.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     files = sorted(CONFIG_DIR.glob("*.json"))
     assert [line.split()[0] for line in lines] == [p.stem for p in files]
@@ -186,6 +185,37 @@ def test_first_sentence():
     assert config_help.first_sentence("One (Table 3). Two.") == "One (Table 3)."
     assert config_help.first_sentence("Path ../a.b; done. More") == "Path ../a.b; done."
     assert config_help.first_sentence("No stop") == "No stop"
+
+
+# Runs the commands that need no model, then prints their exit statuses and
+# which of TensorFlow, tensorflow-text and Keras they imported.
+_LIGHT_COMMANDS = """
+import contextlib, io, json, sys
+from cli import export_commands, training_commands
+statuses = []
+for main, argv in [(training_commands.main, ["--help"]),
+                   (training_commands.main, ["train", "--config", "trec", "--help"]),
+                   (training_commands.main, ["presets"]),
+                   (training_commands.main, ["train", "--no-such-flag"]),
+                   (export_commands.main, ["--help"]),
+                   (export_commands.main, ["tflite", "--help"])]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            statuses.append(main(argv))
+        except SystemExit as exit:
+            statuses.append(exit.code)
+heavy = [m for m in ("tensorflow", "tensorflow_text", "keras") if m in sys.modules]
+print(json.dumps([statuses, heavy]))
+"""
+
+
+def test_help_presets_and_bad_arguments_import_no_tensorflow():
+    """Why the commands import their work after parsing: `--help` answers at once."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run([sys.executable, "-c", _LIGHT_COMMANDS], env=env, cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [[0, 0, 0, 2, 0, 0], []]
 
 
 # --- errors -----------------------------------------------------------------
@@ -247,16 +277,16 @@ def test_evaluate_without_a_run_is_one_error_line(capsys, tmp_path):
 
 def test_debug_lets_the_exception_through(tmp_path):
     with pytest.raises(ValueError, match="epochs=0"):
-        commands.main(_train(tmp_path, "epochs=0") + ["--debug"])
+        training_commands.main(_train(tmp_path, "epochs=0") + ["--debug"])
     with pytest.raises(ValueError, match="epochs=0"):
-        commands.main(["--debug"] + _train(tmp_path, "epochs=0"))
+        training_commands.main(["--debug"] + _train(tmp_path, "epochs=0"))
 
 
 def test_export_errors_are_one_error_line(capsys, tmp_path):
     argv = ["saved-model", "--run-dir", str(tmp_path / "none"), "--output", str(tmp_path / "x")]
-    _refused(capsys, argv, "model.keras", main=export.cli.main)
+    _refused(capsys, argv, "model.keras", main=export_commands.main)
     with pytest.raises(FileNotFoundError):
-        export.cli.main(argv + ["--debug"])
+        export_commands.main(argv + ["--debug"])
 
 
 @pytest.mark.slow

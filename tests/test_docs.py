@@ -33,7 +33,7 @@ SESSION_NUMBER = re.compile(r"sessions? [0-9]+", flags=re.I)
 #: A path of the machine that ran something: scratch folders, home folders, an interpreter.
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:tmp|root|home|work|Users)/")
 #: A repository path in backticks: `training/recipe/adaptive.py`, `benchmarks/results/x.json`.
-REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests)/[\w./-]+)`")
+REPO_PATH = re.compile(r"`((?:benchmarks|training|keras_transformer|export|notebooks|tests|cli)/[\w./-]+)`")
 #: A results file named alone: `quality_translation_de-en_10.json`.
 RESULT_NAME = re.compile(r"`((?:quality|text_recipe|series_recipe|training_throughput)[\w.-]*\.jsonl?)`")
 #: A relative Markdown link, with its optional anchor.
@@ -159,15 +159,17 @@ def test_the_architecture_tree_and_table_name_every_package_folder():
     tree = re.search(r"## Layout.*?```\n(.*?)```", text, flags=re.S).group(1)
     table = "\n".join(line for line in text.splitlines() if line.startswith("| "))
     missing = []
-    for package in ("keras_transformer", "training", "export"):
+    for package in ("keras_transformer", "training", "export", "cli"):
+        if f"{package}/" not in tree or f"`{package}/" not in table:
+            missing.append(package)
         for path in sorted((REPO_ROOT / package).iterdir()):
             if path.name.startswith(("_", ".")) and path.name != "__main__.py":
                 continue
             if path.is_dir() and not (path / "__init__.py").exists() and path.name != "configs":
                 continue  # data folders (export/serving_ops/)
-            if path.suffix not in (".py", "") or (package == "export" and path.is_file()
-                                                   and path.name not in ("cli.py", "__main__.py")):
-                continue  # export's modules are layer 12 as a whole
+            if path.suffix not in (".py", "") or (package in ("export", "cli") and path.is_file()
+                                                   and path.name != "__main__.py"):
+                continue  # export's modules are layer 12 as a whole, cli's layer 13
             name = path.name + ("/" if path.is_dir() else "")
             if name not in tree:
                 missing.append(f"tree: {package}/{name}")

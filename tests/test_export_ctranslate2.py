@@ -24,7 +24,7 @@ ctranslate2 = pytest.importorskip(
 from export_fixtures import SENTENCES, tiny_tokenizer, tiny_translator  # noqa: E402
 
 import export.ctranslate2 as ct2_export  # noqa: E402
-from export import cli  # noqa: E402
+from cli import export_commands, export_handlers, training_commands  # noqa: E402
 from export.ctranslate2 import (  # noqa: E402
     PAD_LOGIT_BIAS,
     QUANTIZATIONS,
@@ -37,7 +37,6 @@ from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 from keras_transformer.layers import TokenStem  # noqa: E402
 from keras_transformer.models import Transformer, TransformerClassifier  # noqa: E402
 from keras_transformer.models.transformer_config import RESERVED_TOKENS  # noqa: E402
-from training.cli import commands  # noqa: E402
 from training.runs.predict import predict_run  # noqa: E402
 from training.tasks import get_task  # noqa: E402
 from training.text.tokenizers import WordPieceTokenizer  # noqa: E402
@@ -226,7 +225,7 @@ def test_classifier_and_unknown_quantization_are_refused(synthetic_tokenizer, tm
     with pytest.raises(ValueError, match="quantization must be one of"):
         export_ctranslate2(_random_model(), synthetic_tokenizer, tmp_path / "model", "int4")
     assert os.listdir(tmp_path) == []
-    assert QUANTIZATIONS == cli.CT2_QUANTIZATIONS  # --help's copy
+    assert QUANTIZATIONS == export_commands.CT2_QUANTIZATIONS  # --help's copy
 
 
 def test_missing_extra_is_one_line(monkeypatch, capsys, synthetic_tokenizer, tmp_path):
@@ -237,8 +236,8 @@ def test_missing_extra_is_one_line(monkeypatch, capsys, synthetic_tokenizer, tmp
     assert "\n" not in message and 'pip install -e ".[ctranslate2]"' in message
     assert os.listdir(tmp_path) == []
     argv = ["ctranslate2", "--run-dir", str(tmp_path / "run"), "--output", str(tmp_path / "o")]
-    assert cli.main(argv) == 2
-    assert commands.main(["predict", "--ctranslate2", str(tmp_path), "a"]) == 2
+    assert export_commands.main(argv) == 2
+    assert training_commands.main(["predict", "--ctranslate2", str(tmp_path), "a"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"error: {message}"] * 2
 
 
@@ -266,20 +265,18 @@ def test_write_is_atomic(monkeypatch, synthetic_tokenizer, tmp_path):
 @pytest.mark.slow
 def test_cli_export_and_predict(translator_run, monkeypatch, capsys, tmp_path):
     run, _ = translator_run
-    fake = types.ModuleType("training.runs.run_dir")
-    fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
+    monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     output = str(tmp_path / "ct2")
-    assert cli.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 0
+    assert export_commands.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 0
     lines = capsys.readouterr().out.splitlines()
     probes = len(run.task.probe_inputs(run.model))
     assert lines[0] == output
     assert f"greedy {probes}/{probes}" in lines[1] and "ok" in lines[1]
-    assert cli.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 2
+    assert export_commands.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 2
     assert "already exists" in capsys.readouterr().err
 
     sentences = SENTENCES[30:36]
-    assert commands.main(["predict", "--ctranslate2", output, *sentences]) == 0
+    assert training_commands.main(["predict", "--ctranslate2", output, *sentences]) == 0
     assert capsys.readouterr().out.splitlines() == predict_run(run, sentences)
-    assert commands.main(["predict", "--run-dir", run.run_dir, "--length-penalty", "1", "a"]) == 2
+    assert training_commands.main(["predict", "--run-dir", run.run_dir, "--length-penalty", "1", "a"]) == 2
     assert "--length-penalty is CTranslate2's" in capsys.readouterr().err

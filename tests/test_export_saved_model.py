@@ -26,7 +26,7 @@ from export_fixtures import (
 )
 
 import export.saved_model
-from export import cli
+from cli import export_commands, export_handlers
 from export.saved_model import export_saved_model
 from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
 from export.tflite import export_tflite
@@ -286,13 +286,11 @@ def test_cli_saved_model_uses_the_run_dir(
         task=get_task("timeseries", label_names=["no", "yes"]), model=numeric_classifier,
         config={"seed": 1}, run_dir=str(tmp_path / "run"),
     )  # fmt: skip
-    fake = types.ModuleType("training.runs.run_dir")
-    fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
+    monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     output = str(tmp_path / "export")
-    assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
+    assert export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
     assert os.path.isfile(os.path.join(output, "saved_model.pb"))
-    assert cli.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 2
+    assert export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 2
     assert "already exists" in capsys.readouterr().err
 
 
@@ -304,15 +302,13 @@ def test_cli_verify_checks_saved_model_and_tflite(
         task=get_task("timeseries"), model=numeric_classifier, config={},
         run_dir=str(tmp_path / "run"),
     )  # fmt: skip
-    fake = types.ModuleType("training.runs.run_dir")
-    fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
+    monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     saved_model, tflite = str(tmp_path / "export"), str(tmp_path / "model.tflite")
     assert (
-        cli.main(["saved-model", "--run-dir", run.run_dir, "--output", saved_model])
+        export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", saved_model])
         == 0
     )
-    assert cli.main(["tflite", "--run-dir", run.run_dir, "--output", tflite]) == 0
+    assert export_commands.main(["tflite", "--run-dir", run.run_dir, "--output", tflite]) == 0
     capsys.readouterr()
     argv = [
         "verify",
@@ -323,7 +319,7 @@ def test_cli_verify_checks_saved_model_and_tflite(
         "--tflite",
         tflite,
     ]
-    assert cli.main(argv) == 0
+    assert export_commands.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["saved_model"]["saved_model_cli"] == []
     assert report["tflite"]["max_abs_diff"] <= 1e-5

@@ -6,7 +6,6 @@ then fill the output with junk. The `.tflite` runs in the LiteRT interpreter
 """
 
 import os
-import sys
 import types
 
 import pytest
@@ -20,7 +19,7 @@ from export_fixtures import (
 )
 
 import training.data.atomic
-from export import cli
+from cli import export_commands, export_handlers
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from training.serving.tflite_programs import translator_output_length
@@ -133,9 +132,7 @@ def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatc
         task=get_task("classification", tokenizer=tokenizer), model=classifier, config={},
         run_dir=str(tmp_path),
     )  # fmt: skip
-    fake = types.ModuleType("training.runs.run_dir")
-    fake.load_run = lambda run_dir: run
-    monkeypatch.setitem(sys.modules, "training.runs.run_dir", fake)
+    monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     output = str(tmp_path / "c.tflite")
     argv = [
         "tflite",
@@ -146,5 +143,5 @@ def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatc
         "--quantize",
         "float16",
     ]
-    assert cli.main(argv) == 0
+    assert export_commands.main(argv) == 0
     assert verify_tflite(output, classifier, EXAMPLES, tokenizer=tokenizer)["ok"]

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from test_streaming import MAX_LENGTH, _config, _pairs, _rows, _shard, _write
 
-from training.cli import commands
+from cli import training_commands
 from training.config import TrainingConfig
 from training.pipeline import prepared
 from training.runs.prepare import prepare_corpus
@@ -17,7 +17,7 @@ from training.tasks import get_task
 
 
 def _prepare_cli(patterns, output, *more):
-    return commands.main([
+    return training_commands.main([
         "prepare", "--config", "translation", "--set", "train_files=" + json.dumps(list(patterns)),
         "--set", "vocabulary_size=120", "--set", f"max_sequence_length={MAX_LENGTH}",
         "--output", str(output), *more,
@@ -193,7 +193,7 @@ def test_the_command_line_errors_are_one_line(tmp_path, capsys):
     output.mkdir()
 
     def error(argv):
-        assert commands.main(argv) == 2
+        assert training_commands.main(argv) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ")
         return lines[0]
@@ -222,7 +222,7 @@ def test_a_run_trains_from_a_prepared_corpus(tmp_path, capsys):
             "--set", f"max_sequence_length={MAX_LENGTH}", "--set", "model_preset=tiny",
             "--set", "steps_per_epoch=3", "--set", "eval_sentences=0",
             "--set", f"prepared_dir={json.dumps(str(tmp_path / 'prepared'))}"]
-    assert commands.main([*argv, "--set", "epochs=2"]) == 0
+    assert training_commands.main([*argv, "--set", "epochs=2"]) == 0
     out = capsys.readouterr().out
     assert "298 examples tokenized in 2 shards of the prepared corpus" in out
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

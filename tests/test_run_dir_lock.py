@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from cli.errors import run_reporting_errors
 from tests.conftest import REPO_ROOT
-from training.cli.errors import run_reporting_errors
 from training.config import load_config
 from training.runs.run_dir import (
     LOCK_NAME,

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from kill_resume import alongside, kill_at_checkpoint
 
-from training.cli import commands
+from cli import training_commands
 from training.config import TrainingConfig
 from training.data import shards
 from training.pipeline import datasets, streaming
@@ -342,7 +342,7 @@ def test_a_bad_shard_stops_the_command_with_one_line_naming_it(tmp_path, capsys)
                  "in_memory_limit_mb=0", "vocabulary_sample_lines=40", "epochs=1",
                  "eval_sentences=0", "tokens_per_batch=192"):
         argv += ["--set", item]
-    assert commands.main(argv) == 2
+    assert training_commands.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "train.01.en.gz line 81 is empty" in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

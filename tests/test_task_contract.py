@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from export_fixtures import LABEL_NAMES, LABELS, SENTENCES
 
+from cli import training_commands
 from export.saved_model import export_saved_model
 from export.tflite import export_tflite
 from export.verify import verify_run_exports
-from training.cli import commands
 from training.config import load_config
 from training.data import synthetic_series
 from training.runs.predict import SavedModelPredictor
@@ -139,5 +139,5 @@ def test_task_trains_resumes_predicts_exports_and_verifies(name, tmp_path, monke
         assert predictor.predict(inputs, beam_size=4) == run.predict(inputs, beam_size=4)
 
     capsys.readouterr()
-    assert commands.main(["predict", "--run-dir", str(run_dir), *inputs]) == 0
+    assert training_commands.main(["predict", "--run-dir", str(run_dir), *inputs]) == 0
     assert capsys.readouterr().out.splitlines() == lines

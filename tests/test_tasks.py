@@ -429,15 +429,15 @@ def test_inputs_come_from_arguments_a_file_or_standard_input(tmp_path):
 
 def test_pipeline_and_exporters_do_not_branch_on_task_names():
     """The acceptance check of the Task design: no task name outside training/tasks/."""
+    import cli.main_job
     import export.saved_model
     import export.tflite
     import export.verify
-    import training.cli.main_job
     import training.runs.predict
     import training.runs.run_dir
     import training.train
 
-    modules = (training.train, training.runs.run_dir, training.runs.predict, training.cli.main_job,
+    modules = (training.train, training.runs.run_dir, training.runs.predict, cli.main_job,
                export.saved_model, export.tflite, export.verify)
     for module in modules:
         source = inspect.getsource(module)
@@ -446,12 +446,12 @@ def test_pipeline_and_exporters_do_not_branch_on_task_names():
 
 
 def test_predict_errors_are_one_error_line(capsys, tmp_path):
-    from training.cli import commands
+    from cli import training_commands
 
-    assert commands.main(["predict", "--run-dir", str(tmp_path / "none"), "hello"]) == 2
+    assert training_commands.main(["predict", "--run-dir", str(tmp_path / "none"), "hello"]) == 2
     assert "model.keras" in capsys.readouterr().err
     argv = ["predict", "--saved-model", str(tmp_path), "--input", "in.txt", "hello"]
-    assert commands.main(argv) == 2
+    assert training_commands.main(argv) == 2
     assert "not both" in capsys.readouterr().err
 
 

@@ -1,7 +1,7 @@
-"""`python -m training`: see training/cli/commands.py."""
+"""`python -m training`: see cli/training_commands.py."""
 
 import sys
 
-from training.cli.commands import main
+from cli.training_commands import main
 
 sys.exit(main())

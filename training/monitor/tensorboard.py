@@ -8,6 +8,7 @@ from tensorboard.plugins.hparams import api as hparams_api
 
 from keras_transformer.models import END_ID, START_ID
 from training.monitor.attention_plot import attention_figure, figure_to_png_array
+from training.monitor.evaluation import corpus_bleu
 
 
 class ValidationBleu(keras.callbacks.Callback):
@@ -25,8 +26,6 @@ class ValidationBleu(keras.callbacks.Callback):
         self.lowercase = lowercase
 
     def on_epoch_end(self, epoch, logs=None):
-        from training.monitor.evaluation import corpus_bleu
-
         hypotheses = self.translator(self.sources)
         score = corpus_bleu(hypotheses, self.references, self.lowercase).score
         if logs is not None:

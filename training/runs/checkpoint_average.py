@@ -32,6 +32,8 @@ import keras
 import numpy as np
 from keras.src.saving import saving_lib
 
+import keras_transformer  # noqa: F401  registers the custom layers
+
 # The layout of training/runs/run_dir.py: RUN/model.keras and
 # RUN/checkpoints/epoch-<e>.weights.h5.
 RUN_MODEL = "model.keras"
@@ -238,9 +240,6 @@ def main(argv=None):
     output = os.path.abspath(args.output)
     paths = [p for p in find_checkpoints(patterns) if os.path.abspath(p) != output]
     paths = paths[-args.last :] if args.last else paths
-
-    import keras_transformer  # noqa: F401  registers the custom layers
-
     if args.model:
         model = keras.saving.load_model(args.model, compile=False)
     else:

@@ -25,6 +25,9 @@ import json
 import os
 import sys
 
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
 from training.data import series_files
 from training.data.readers import read_lines
 from training.tasks import get_task
@@ -100,17 +103,12 @@ class SavedModelPredictor:
     """
 
     def __init__(self, export_dir, task=None):
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-
         self.export_dir = os.fspath(export_dir)
         self.task = get_task(task or _exported_task(self.export_dir))
         self.loaded = tf.saved_model.load(self.export_dir)
 
     def predict(self, inputs, beam_size=1, batch_size=64):
         """Lines for `inputs` from the SavedModel's signature (see `predict_run`)."""
-        import tensorflow as tf
-
         signature = self.loaded.signatures[self.task.signature_name(beam_size)]
 
         def answer(batch):

@@ -20,8 +20,6 @@ the resume checkpoint (weights with the optimizer's state) and the epoch
 weights that model selection read (`compact_finished_run`).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import datetime
 import fcntl
@@ -29,12 +27,14 @@ import json
 import os
 import shutil
 import socket
-from typing import TYPE_CHECKING
 
+import keras
+
+import keras_transformer  # noqa: F401  (registers the serializable classes)
+import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
 from training.config import TrainingConfig
-
-if TYPE_CHECKING:  # imported in load_run: the lock and the CLI stay light
-    import keras
+from training.runs.predict import predict_run
+from training.tasks import get_task
 
 #: The lock file of a run directory, kept by `prepare_run_dir --overwrite`.
 LOCK_NAME = ".lock"
@@ -270,19 +270,11 @@ class Run:
             A list of strings, the same the run's SavedModel gives
             (`training.runs.predict.predict_saved_model`).
         """
-        from training.runs.predict import predict_run
-
         return predict_run(self, inputs, beam_size=beam_size, batch_size=batch_size)
 
 
 def load_run(run_dir):
     """Load a finished run: model, tokenizer, labels, config and metrics."""
-    import keras
-
-    import keras_transformer  # noqa: F401  (registers the serializable classes)
-    import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
-    from training.tasks import get_task
-
     run_dir = os.fspath(run_dir)
     model_path = os.path.join(run_dir, "model.keras")
     if not os.path.isfile(model_path):

@@ -14,6 +14,9 @@ import os
 import reprlib
 import shutil
 
+from export.saved_model import export_saved_model
+from training.runs.predict import SavedModelPredictor
+from training.runs.run_dir import load_run
 from training.train import train
 
 
@@ -36,10 +39,6 @@ def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
         metrics = train(config, run_dir, overwrite=overwrite, verbose=verbose)
     print("\n== Evaluation ==")
     _print_metrics(metrics)
-
-    from export.saved_model import export_saved_model
-    from training.runs.predict import SavedModelPredictor
-    from training.runs.run_dir import load_run
 
     run = load_run(run_dir)
     export_dir = os.path.join(run_dir, "export", "saved_model")

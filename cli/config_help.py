@@ -19,6 +19,9 @@ import json
 import re
 import textwrap
 
+from training.config import CONFIG_DIR, TrainingConfig, available_presets, read_preset
+from training.tasks.options import OPTIONS
+
 #: Fields the help leaves out: `TrainingConfig.task_options` is shown as the
 #: task's own fields (`task_fields_help`).
 SKIPPED = ("task_options",)
@@ -116,7 +119,7 @@ def field_docs(cls=None, choices=None):
             dict if it has one, merged over `validated_choices(cls)`.
     """
     if cls is None:
-        from training.config import TrainingConfig as cls
+        cls = TrainingConfig
     if choices is None:
         choices = {
             **validated_choices(cls),
@@ -202,8 +205,6 @@ def fields_help(cls=None, choices=None, width=79):
 
 def task_fields_help(task=None, width=79):
     """The common config fields, then `task`'s own (every task's when None)."""
-    from training.tasks.options import OPTIONS
-
     tasks = list(OPTIONS) if task is None else [task] if task in OPTIONS else []
     parts = [fields_help(width=width)]
     for name in tasks:
@@ -215,8 +216,6 @@ def task_fields_help(task=None, width=79):
 def help_task(argv):
     """The task that `argv` names (`--task`, `--set task=...`, or its `--config`
     preset's), or None where it names none or names it wrongly."""
-    from training.config import read_preset
-
     task, preset = None, None
     for flag, value in zip(argv, argv[1:], strict=False):
         if flag == "--task":
@@ -242,8 +241,6 @@ def first_sentence(text):
 
 def describe_presets():
     """[(name, first sentence of its "_comment")] for every preset JSON file."""
-    from training.config import CONFIG_DIR, available_presets
-
     described = []
     for name in available_presets():
         with open(CONFIG_DIR / f"{name}.json", encoding="utf-8") as f:

@@ -34,6 +34,8 @@ def quiet_tensorflow(debug=False):
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
+            # Imported here, with descriptor 2 redirected, and by a command that
+            # runs: `--help` stays free of TensorFlow.
             import tensorflow  # noqa: F401
             import tensorflow_text  # noqa: F401
         except BaseException:

@@ -15,17 +15,19 @@
 
 A bad config value, data file or model size prints `error: <message>` and
 exits with 2; `--debug` shows the traceback instead, and TensorFlow's start-up
-lines, which the commands otherwise hide (`training.cli.quiet`).
+lines, which the commands otherwise hide (`cli.quiet`).
+
+This module parses the arguments; what each command runs is in
+`cli.training_handlers`, imported only once the arguments are parsed.
 """
 
 import argparse
-import json
 import sys
 import time
 
-from training.cli.config_help import help_task, presets_help, task_fields_help
-from training.cli.errors import add_debug_flag, run_reporting_errors
-from training.cli.quiet import quiet_tensorflow
+from cli.config_help import help_task, presets_help, task_fields_help
+from cli.errors import add_debug_flag, run_reporting_errors
+from cli.quiet import quiet_tensorflow
 
 # A time budget counts from the command's start, imports included.
 STARTED_AT = time.time()
@@ -119,78 +121,18 @@ def main(argv=None):
     """Parses `argv` (default `sys.argv[1:]`) and runs the command; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(help_task(argv)).parse_args(argv)
-    if args.command != "presets":
-        quiet_tensorflow(args.debug)
-    return run_reporting_errors(lambda: _run(args), debug=args.debug)
-
-
-def _run(args):
     if args.command == "presets":
-        print(presets_help())
-        return 0
-    if args.command == "predict":
-        return _predict(args)
-    if args.command == "evaluate":
-        from training.runs.run_dir import load_run
+        return run_reporting_errors(_presets, debug=args.debug)
+    quiet_tensorflow(args.debug)
+    # Imported once the arguments are parsed: `--help`, `presets` and a bad
+    # argument stay free of TensorFlow.
+    from cli import training_handlers
 
-        run = load_run(args.run_dir)
-        print(json.dumps({k: v for k, v in run.metrics.items() if k != "history"}, indent=2))
-        return 0
-    from training.config import load_config
-
-    overrides = ([f"task={args.task}"] if args.task else []) + args.set
-    config = load_config(args.config, overrides)
-    if args.command == "prepare":
-        from training.runs.prepare import prepare_corpus
-
-        manifest = prepare_corpus(config, args.output, args.shards, overwrite=args.overwrite)
-        counts = ", ".join(f"{n} {key}" for key, n in manifest["counts"].items())
-        print(f"Prepared {args.output}: {counts} in {len(manifest['shards'])} shards.")
-        return 0
-    if args.command == "train":
-        if not args.run_dir:
-            print("error: --run-dir is required", file=sys.stderr)
-            return 2
-        from training.train import train
-
-        metrics = train(config, args.run_dir, overwrite=args.overwrite,
-                        verbose=args.verbose, started_at=STARTED_AT)
-        print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2,
-                         ensure_ascii=False))
-        return 0
-    from training.cli.main_job import run_main_job
-
-    return run_main_job(config, args.run_dir, overwrite=args.overwrite, verbose=args.verbose)
+    return run_reporting_errors(
+        lambda: training_handlers.run(args, started_at=STARTED_AT), debug=args.debug
+    )
 
 
-def _predict(args):
-    from training.runs.predict import SavedModelPredictor, read_inputs
-
-    inputs = read_inputs(args.inputs, args.input)
-    if args.length_penalty is not None and not args.ctranslate2:
-        raise ValueError(
-            "--length-penalty is CTranslate2's (--ctranslate2); a run decodes with its "
-            "config's length_penalty and a SavedModel with the one fixed at export."
-        )
-    if args.ctranslate2:
-        from export.ctranslate2 import CTranslate2Translator
-
-        lines = CTranslate2Translator(args.ctranslate2).translate(
-            inputs, beam_size=args.beam, length_penalty=args.length_penalty or 0.0,
-            batch_size=args.batch_size,
-        )
-    else:
-        if args.saved_model:
-            predictor = SavedModelPredictor(args.saved_model)
-        else:
-            from training.runs.run_dir import load_run
-
-            predictor = load_run(args.run_dir)
-        lines = predictor.predict(inputs, beam_size=args.beam, batch_size=args.batch_size)
-    for line in lines:
-        print(line)
+def _presets():
+    print(presets_help())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

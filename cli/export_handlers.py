@@ -1,0 +1,76 @@
+"""What each `python -m export` subcommand does once its arguments are parsed.
+
+`cli.export_commands.main` imports this module after parsing, so that
+`--help` never loads TensorFlow; the exporters are imported here, at the top.
+"""
+
+import json
+
+from export.ctranslate2 import (
+    CTranslate2Translator,
+    export_ctranslate2,
+    import_ctranslate2,
+    verify_ctranslate2,
+)
+from export.saved_model import export_saved_model
+from export.tflite import export_tflite
+from export.verify import verify_run_exports
+from training.runs.run_dir import load_run
+
+
+def saved_model(args):
+    """Writes the run's SavedModel and prints its path."""
+    run = load_run(args.run_dir)
+    path = export_saved_model(run.model, run.config, args.output, run.task,
+                              overwrite=args.overwrite, quantize=args.quantize)
+    print(path)
+    return 0
+
+
+def tflite(args):
+    """Writes the run's `.tflite` file and prints its path."""
+    run = load_run(args.run_dir)
+    path = export_tflite(
+        run.model, args.output, run.task, quantize=args.quantize, overwrite=args.overwrite,
+        sequence_length=args.sequence_length, batch_size=args.batch_size,
+    )  # fmt: skip
+    print(path)
+    return 0
+
+
+def verify(args):
+    """Prints the verification report as JSON; 1 when an export disagrees."""
+    report = verify_run_exports(load_run(args.run_dir), args.saved_model, args.tflite)
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0 if report["ok"] else 1
+
+
+def ctranslate2(args):
+    """Writes the CTranslate2 model, prints its path and its agreement with Keras."""
+    import_ctranslate2()  # a missing extra is told before the run loads
+    run = load_run(args.run_dir)
+    path = export_ctranslate2(run.model, run.task, args.output,
+                              quantization=args.quantization, overwrite=args.overwrite)
+    print(path)
+    report = verify_ctranslate2(run, path, translator=CTranslate2Translator(path))
+    shares = [f"greedy {report['greedy']['identical_count']}/{report['num_sentences']}"]
+    if report["beam"] is not None:
+        shares.append(f"beam {report['beam_size']} (length penalty 0) "
+                      f"{report['beam']['identical_count']}/{report['num_sentences']}")
+    required = report["min_identical"]
+    verdict = "" if required is None else (
+        f"; {'ok' if report['ok'] else 'FAILED'}: at least {required:.0%} greedy required"
+    )
+    print(f"identical to the Keras model on the probe sentences: {', '.join(shares)}{verdict}")
+    for difference in report["greedy"]["differences"]:
+        print(f"  differs: {json.dumps(difference, ensure_ascii=False)}")
+    return 0 if report["ok"] else 1
+
+
+#: The function of each subcommand.
+COMMANDS = {
+    "saved-model": saved_model,
+    "tflite": tflite,
+    "verify": verify,
+    "ctranslate2": ctranslate2,
+}
