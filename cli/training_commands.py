@@ -3,7 +3,7 @@
     python -m training main                      # the README main job
     python -m training train --config toy --run-dir runs/toy --set epochs=3
     python -m training train --config multi30k --run-dir runs/de-en
-    python -m training train --config sst2 --run-dir runs/sst2 --set model.num_layers=4
+    python -m training train --config sst2 --run-dir runs/sst2 --set model=transformer --set model.num_layers=4
     python -m training evaluate --run-dir runs/toy
     python -m training predict --run-dir runs/toy "he bought forty two books" [--beam 4]
     python -m training predict --saved-model exported/translator/1 --input sentences.txt
