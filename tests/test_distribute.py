@@ -93,6 +93,11 @@ def test_valid_tf_config_is_parsed():
     ('{"task": {"type": "chief", "index": 0}}', True),
     ('{"task": {"type": "worker", "index": 0}}', True),  # a cluster without a chief
     ('{"task": {"type": "worker", "index": 1}}', False),
+    # A cluster with a chief: the chief writes, worker 0 does not (one writer).
+    ('{"cluster": {"chief": ["a:1"], "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}',
+     False),
+    ('{"cluster": {"chief": ["a:1"], "worker": ["b:2"]}, "task": {"type": "chief", "index": 0}}',
+     True),
     ('{"task": {"type": "evaluator", "index": 0}}', False),
 ])
 def test_the_worker_role_is_read_from_tf_config(monkeypatch, tf_config, is_chief):

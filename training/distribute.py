@@ -173,9 +173,11 @@ def worker_role(tf_config=None):
     environment variable, a JSON string) gives this process."""
     if tf_config is None:
         tf_config = os.environ.get("TF_CONFIG", "")
-    task = json.loads(tf_config or "{}").get("task", {})
+    parsed = json.loads(tf_config or "{}")
+    task = parsed.get("task", {})
     kind = task.get("type", "worker")
-    return WorkerRole(kind == "chief" or (kind == "worker" and int(task.get("index", 0)) == 0))
+    first_worker = kind == "worker" and int(task.get("index", 0)) == 0
+    return WorkerRole(kind == "chief" or (first_worker and "chief" not in parsed.get("cluster", {})))
 
 
 def worker_position(strategy):
