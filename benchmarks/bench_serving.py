@@ -304,7 +304,7 @@ def quality(args):
     from training.monitor.evaluation import Translator, bleu_scores
     from training.runs.predict import answer_in_batches
     from training.runs.run_dir import load_run
-    from training.tasks.common import token_ids
+    from training.serving.inputs import token_ids
 
     run = load_run(args.run_dir)
     config, model, task = run.config, run.model, run.task

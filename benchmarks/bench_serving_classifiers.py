@@ -79,8 +79,8 @@ import tensorflow as tf
 
 from training.config import load_config
 from training.data.common import TaskData
+from training.serving.inputs import token_ids
 from training.tasks import get_task
-from training.tasks.common import token_ids
 
 BATCHES = (1, 32)
 #: SST-2's training and development sentences, pooled (cross-fitted) by the preset.

@@ -72,9 +72,9 @@ from keras_transformer.models.transformer_config import (
 from training.data.atomic import atomic_directory, check_target
 from training.monitor.evaluation import Translator
 from training.runs.predict import answer_in_batches
+from training.serving.inputs import text_input, token_ids
 from training.serving.signatures import EXTRA_OUTPUT_LENGTH
 from training.tasks import get_task
-from training.tasks.common import text_input, token_ids
 from training.text.detokenize import detokenize_ids
 from training.text.tokenizers import load_tokenizer
 

@@ -10,7 +10,7 @@ module, `Task.outputs` of the run's task (`training.tasks`): tokenize -> cut
 to `max_sequence_length` -> greedy search with max length min(S + 50,
 `max_sequence_length`) -> detokenize for a translator; `model.probabilities`
 for a classifier (token, numeric or image input).  The inputs are the task's
-`probe_inputs`: in-vocabulary sentences plus `training.tasks.common.PROBES`, random series, or
+`probe_inputs`: in-vocabulary sentences plus `training.serving.inputs.PROBES`, random series, or
 random images.
 """
 

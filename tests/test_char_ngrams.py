@@ -15,9 +15,9 @@ from keras_transformer.layers import PatchStem
 from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier
 from training.config import TrainingConfig, load_config
 from training.runs.run_dir import load_run
+from training.serving.inputs import token_ids
 from training.serving.signatures import fill_empty_rows_numpy, replace_invalid_ids
 from training.tasks import get_task
-from training.tasks.common import token_ids
 from training.text.tokenizers import (
     RESERVED_TOKENS,
     UNK_ID,

@@ -21,9 +21,9 @@ from keras_transformer.models import (
 )
 from training.config import TrainingConfig, load_config
 from training.pipeline import datasets
+from training.serving.inputs import token_ids
 from training.tasks import get_task
 from training.tasks.classifiers import LearnedNothingWarning, OutOfFold
-from training.tasks.common import token_ids
 from training.train import train
 
 

@@ -34,8 +34,8 @@ from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
+from training.serving.inputs import PROBES
 from training.tasks import get_task
-from training.tasks.common import PROBES
 from training.text.detokenize import detokenize_punctuation
 from training.text.tokenizers import WordPieceTokenizer
 

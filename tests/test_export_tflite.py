@@ -22,9 +22,9 @@ import training.data.atomic
 from cli import export_commands, export_handlers
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
+from training.serving.inputs import PROBES
 from training.serving.tflite_programs import translator_output_length
 from training.tasks import get_task
-from training.tasks.common import PROBES
 
 EXAMPLES = SENTENCES[:10] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
 SOURCE_LENGTH = 12  # Static S of the translator: L = min(12 + 50, 24) = 24.

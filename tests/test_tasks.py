@@ -27,14 +27,15 @@ from training.config import TrainingConfig, load_config
 from training.data.common import TaskData
 from training.recipe import adaptive
 from training.runs.predict import answer_in_batches, read_inputs
+from training.serving.task_serving import Serving
 from training.tasks import TASKS, Task, get_task
 from training.tasks.base import TASK_FIELDS
 from training.tasks.translation import final_length_share, held_out_pairs
 
-# The hooks a trained task must fill in, and those every exported task must.
+# The hooks a trained task must fill in, and those every task's serving side must.
 TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
                   "loss_and_metrics", "validation_score", "evaluate_test")
-EXPORT_HOOKS = ("parse_input", "outputs", "format_outputs", "serving_inputs",
+SERVING_HOOKS = ("parse_input", "outputs", "format_outputs", "serving_inputs",
                 "serving_module", "tflite_model", "probe_inputs")
 
 
@@ -49,10 +50,15 @@ def test_registry_keys_are_the_task_names_and_config_lists_the_trained_ones():
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_fills_in_its_hooks(name):
+    """A trained task fills in the training hooks; every task has a serving
+    side (`Task.serving`) that fills in the serving hooks."""
     task = TASKS[name]
-    hooks = EXPORT_HOOKS + (TRAINING_HOOKS if task.trainable else ())
-    missing = [h for h in hooks if getattr(task, h) is getattr(Task, h)]
+    hooks = TRAINING_HOOKS if task.trainable else ()
+    missing = [h for h in hooks + ("serving",) if getattr(task, h) is getattr(Task, h)]
     assert missing == [], f"{name} leaves {missing} to the base"
+    serving = type(task().serving())
+    missing = [h for h in SERVING_HOOKS if getattr(serving, h) is getattr(Serving, h)]
+    assert missing == [], f"{name}'s {serving.__name__} leaves {missing} to the base"
 
 
 def test_get_task_is_the_lookup_and_holds_assets():
@@ -394,7 +400,7 @@ def test_batch_tokens_count_what_the_learning_rate_scales_with():
 def test_batches_keep_order_and_unmasked_batches_share_one_length(same_key):
     """Series are masked (NaN-padded) and share batches of any lengths, sorted
     by length; a task whose inputs are not (`same_key_batches`) keeps one."""
-    task = get_task("timeseries")
+    task = get_task("timeseries").serving()
     assert not task.same_key_batches
     task.same_key_batches = same_key
     lengths = [5, 3, 5, 5, 3, 4]

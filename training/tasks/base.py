@@ -68,8 +68,6 @@ class Task:
     datasets = ()
     #: False for tasks that are exported but never trained by `train`.
     trainable = True
-    #: The Keras model class `build_model` returns; export refuses others.
-    model_class = None  # a class, or a tuple of the classes the task builds
     #: The dataclass of this task's own config fields (`training.tasks.options`).
     options = TaskOptions
     #: The flat `TASK_FIELDS` (not in `options`) this task reads.
@@ -168,15 +166,6 @@ class Task:
         """(loss, [metrics]) to compile with; the pipeline adds the optimizer."""
         raise NotImplementedError
 
-    def check_model(self, model):
-        """Raises ValueError unless `model` is this task's `model_class`."""
-        classes = self.model_class if isinstance(self.model_class, tuple) else (self.model_class,)
-        if not isinstance(model, classes):
-            names = " or ".join(c.__name__ for c in classes)
-            raise ValueError(
-                f"task={self.name!r} needs a {names}; received model={type(model).__name__}."
-            )
-
     # --- selection and evaluation -------------------------------------------
 
     def validation_score(self, config, model, data, valid):
@@ -236,61 +225,53 @@ class Task:
         """The test split's figures."""
         raise NotImplementedError
 
-    # --- inference --------------------------------------------------------------
+    # --- serving ----------------------------------------------------------------
+
+    def serving(self):
+        """This task's serving side for its assets: a
+        `training.serving.task_serving.Serving` that parses inputs, answers
+        with a Keras model, builds the served module and the TFLite program."""
+        raise NotImplementedError
+
+    # The serving side's hooks, reached through the task until the callers
+    # ask `serving()` themselves.
+
+    def check_model(self, model):
+        return self.serving().check_model(model)
 
     def parse_input(self, example):
-        """One raw input (a line of text, or already parsed) as `outputs` takes it."""
-        raise NotImplementedError
+        return self.serving().parse_input(example)
 
     def batch_key(self, example):
-        """Examples are batched in this order; a change of key for `same_key_batches`."""
-        return len(example)
+        return self.serving().batch_key(example)
 
-    #: Only examples of equal `batch_key` share a batch (unmasked padding).
-    same_key_batches = False
+    @property
+    def same_key_batches(self):
+        return self.serving().same_key_batches
 
     def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
-        """What the serving signature returns for `examples`, computed with Keras.
-
-        The verification reference, and `Run.predict`'s answer.
-        """
-        raise NotImplementedError
+        return self.serving().outputs(model, examples, beam_size, length_penalty)
 
     def format_outputs(self, outputs):
-        """Signature outputs {key: array} -> one line of text per example."""
-        raise NotImplementedError
+        return self.serving().format_outputs(outputs)
 
     def check_beam_size(self, beam_size):
-        """Raises ValueError unless the task decodes with `beam_size` beams."""
-        if beam_size != 1:
-            raise ValueError(
-                f"beam_size applies to translation; received beam_size={beam_size!r} "
-                f"with task={self.name!r}."
-            )
+        return self.serving().check_beam_size(beam_size)
 
     def signature_name(self, beam_size=1):
-        """The SavedModel signature that answers `outputs(..., beam_size)`."""
-        self.check_beam_size(beam_size)
-        return "serving_default"
+        return self.serving().signature_name(beam_size)
 
     def serving_inputs(self, examples):
-        """{signature input key: array} of parsed `examples`."""
-        raise NotImplementedError
-
-    # --- export -----------------------------------------------------------------
+        return self.serving().serving_inputs(examples)
 
     def serving_module(self, model):
-        """The inference `tf.Module` a SavedModel serves (`training.serving.signatures`)."""
-        raise NotImplementedError
+        return self.serving().serving_module(model)
 
     def class_names(self, model):
-        """The served class names (`labels.txt`), or None without classes."""
-        return None
+        return self.serving().class_names(model)
 
     def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        """The `.tflite` flatbuffer (`export.tflite`)."""
-        raise NotImplementedError
+        return self.serving().tflite_model(model, quantize, sequence_length, batch_size)
 
     def probe_inputs(self, model, num_examples=6, seed=0):
-        """Inputs that verification runs through an export."""
-        raise NotImplementedError
+        return self.serving().probe_inputs(model, num_examples, seed)

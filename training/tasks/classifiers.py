@@ -1,8 +1,8 @@
 """Helpers the classification tasks share (text, series, images).
 
-Functions, not a base class: each task calls the ones it needs.  Served
-and predicted outputs are `{"probabilities": (N, K) float32, "labels": (N,)
-bytes}`, K being `num_classes` (1 for a single sigmoid output).
+Functions, not a base class: each task calls the ones it needs.  What
+the classifiers share once trained (outputs, the served module, the TFLite
+program) is one `training.serving.task_serving.ClassifierServing`.
 """
 
 import warnings
@@ -12,21 +12,15 @@ import numpy as np
 
 from keras_transformer.models import (
     ClassifierEnsemble,
-    TextCNNClassifier,
     TransformerClassifier,
 )
 from training.optimization.losses import SparseSmoothedCrossentropy
-from training.serving import signatures, tflite_programs
 from training.tasks.common import preset_config, with_cardinality
 
 
 class LearnedNothingWarning(UserWarning):
     """A cross-fitted member no better, on the sentences it left out, than
     always answering their most common class."""
-
-
-#: The models `build_classifier` returns (`Task.model_class`).
-MODEL_CLASSES = (TransformerClassifier, TextCNNClassifier, ClassifierEnsemble)
 
 
 def build_classifier(config, data, member):
@@ -107,45 +101,6 @@ def test_metrics(task, config, model, data):
     test = with_cardinality(task.make_dataset(config, data.test))
     results = model.evaluate(test, verbose=0, return_dict=True)
     return {f"test_{k}": float(v) for k, v in results.items()}
-
-
-def class_names(model, label_names):
-    """`training.serving.signatures.class_names`: one name per class, as served."""
-    return signatures.class_names(model, label_names)
-
-
-def outputs(model, inputs, label_names):
-    """Keras probabilities and label names of model inputs, as served."""
-    probabilities = np.asarray(model.probabilities(model(inputs, training=False)), np.float32)
-    names = class_names(model, label_names)
-    if model.num_classes == 1:
-        index = (probabilities[:, 0] > 0.5).astype(int)
-    else:
-        index = probabilities.argmax(-1)
-    labels = np.asarray([names[i].encode("utf-8") for i in index], dtype=object)
-    return {"probabilities": probabilities, "labels": labels}
-
-
-def format_outputs(outputs):
-    """`label<TAB>probability` lines: the chosen class and its probability."""
-    probabilities = np.asarray(outputs["probabilities"], np.float64)
-    lines = []
-    for row, label in zip(probabilities, outputs["labels"], strict=True):
-        # A single sigmoid output is P(class 1); the other class has 1 - p.
-        p = row.max() if len(row) > 1 else (row[0] if row[0] > 0.5 else 1.0 - row[0])
-        name = label.decode("utf-8") if isinstance(label, bytes) else str(label)
-        lines.append(f"{name}\t{p:.4f}")
-    return lines
-
-
-def serving_module(model, tokenizer, label_names):
-    """`training.serving.signatures.ClassifierModule` with the task's class names."""
-    return signatures.ClassifierModule(model, tokenizer, class_names(model, label_names))
-
-
-def tflite_model(model, quantize, sequence_length, batch_size):
-    """`training.serving.tflite_programs.classifier_tflite`: inputs -> probabilities."""
-    return tflite_programs.classifier_tflite(model, quantize, sequence_length, batch_size)
 
 
 class OutOfFold:

@@ -1,13 +1,11 @@
-"""Helpers several tasks share: the model preset, the word-piece vocabulary,
-dataset sizes and token-id inputs."""
+"""Helpers several tasks share: the model preset, the word-piece vocabulary
+and dataset sizes."""
 
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.models import get_preset
-from keras_transformer.models.transformer_config import PAD_ID
 from training.data.shards import StreamedCorpus
 from training.pipeline.streaming import StreamOptions
 from training.text.tokenizers import (
@@ -16,17 +14,6 @@ from training.text.tokenizers import (
     learn_word_vocabulary,
     learn_wordpiece_vocabulary,
     load_tokenizer,
-)
-
-# Strings every export must survive (empty, blank, unseen scripts, the
-# reserved tokens); the verifiers feed them beside in-vocabulary examples.
-PROBES = (
-    "",
-    "a",
-    "two words",
-    "Ünïcödé, emoji 😀 and 中文 mixed",
-    "   \t  ",
-    "[START] [END] [PAD] [UNK]",
 )
 
 
@@ -83,39 +70,3 @@ def count_batches(dataset):
 def with_cardinality(dataset):
     """`dataset` with its size known, so Keras ends a pass without a warning."""
     return dataset.apply(tf.data.experimental.assert_cardinality(count_batches(dataset)))
-
-
-def token_ids(tokenizer, sentences, max_sequence_length):
-    """Strings -> `(N, max(S, 1))` int32 ids cut to `max_sequence_length`, 0-padded.
-
-    As the SavedModel's tokenizer-in-the-graph does it (`training.serving.signatures`): a
-    batch of empty sentences still has one (padding) column.
-    """
-    ragged = tokenizer.tokenize(tf.constant(list(sentences), tf.string))
-    ids = ragged[:, :max_sequence_length].to_tensor(PAD_ID).numpy()
-    return np.pad(ids, [(0, 0), (0, max(1 - ids.shape[1], 0))] + [(0, 0)] * (ids.ndim - 2))
-
-
-
-
-def text_input(example):
-    """One sentence: a `str` as given, `bytes` decoded as UTF-8."""
-    if isinstance(example, bytes):
-        return example.decode("utf-8", errors="replace")
-    if not isinstance(example, str):
-        raise ValueError(
-            f"Each input must be a string; received {type(example).__name__}: {example!r}."
-        )
-    return example
-
-
-def text_probes(tokenizer, num_examples, seed):
-    """In-vocabulary sentences plus `PROBES` (hostile strings)."""
-
-    rng = np.random.default_rng(seed)
-    words = [t for t in tokenizer.vocabulary if t.isalpha() and not t.startswith("[")]
-    sentences = [
-        " ".join(rng.choice(words, size=rng.integers(1, 8))) for _ in range(num_examples)
-    ]
-    return sentences + list(PROBES)
-

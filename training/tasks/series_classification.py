@@ -2,7 +2,6 @@
 
 import math
 import os
-import re
 
 import keras
 import numpy as np
@@ -14,18 +13,13 @@ from training.data.common import TaskData, require_file
 from training.pipeline import datasets
 from training.pipeline.series_augmentation import augment_series
 from training.recipe import series
+from training.serving.task_serving import ClassifierServing
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.options import SeriesOptions
 
-_NUMBER_SEPARATORS = re.compile(r"[,\s]+")
 #: The readers of series files by suffix (after any ".gz"); others are UCR.
 SERIES_READERS = {".ts": series_files.read_ts, ".csv": series_files.read_series_csv}
-
-
-def _number(text):
-    """A float of a line's value; `?` is missing (NaN), as in the series files."""
-    return math.nan if text == "?" else float(text)
 
 
 def read_series_file(path, what):
@@ -121,7 +115,6 @@ class SeriesClassification(Task):
 
     name = "timeseries"
     datasets = ("ucr", "files")
-    model_class = classifiers.MODEL_CLASSES
     options = SeriesOptions
     data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                    "patch_length", "patch_stride", "ensemble_size")
@@ -247,77 +240,7 @@ class SeriesClassification(Task):
     def evaluate_test(self, config, model, data, plan=None):
         return classifiers.test_metrics(self, config, model, data)
 
-    # --- inference and export ---------------------------------------------------
+    # --- serving ----------------------------------------------------------------
 
-    def parse_input(self, example):
-        """A series `(T, F)` float32: an array (`(T,)` is one feature), or a line
-        of numbers separated by commas or spaces, time steps by ";" when F > 1
-        ("1 2 3" is (3, 1); "1,2; 3,4" is (2, 2)).  A missing value is NaN
-        (`?` or `nan` in a line); the series needs one known value."""
-        if isinstance(example, (str, bytes)):
-            text = example.decode() if isinstance(example, bytes) else example
-            steps = [s.strip() for s in text.split(";")] if ";" in text else None
-            try:
-                if steps is None:
-                    values = [[_number(v)] for v in _NUMBER_SEPARATORS.split(text.strip()) if v]
-                else:
-                    values = [[_number(v) for v in _NUMBER_SEPARATORS.split(s) if v]
-                              for s in steps if s]
-                series = np.asarray(values, np.float32)
-            except ValueError as error:
-                raise ValueError(
-                    "A series must be numbers ('?' or NaN where missing), as many at "
-                    f"every step; received {text!r}."
-                ) from error
-        else:
-            series = np.asarray(example, np.float32)
-            series = series[:, None] if series.ndim == 1 else series
-        if (series.ndim != 2 or series.shape[0] == 0 or np.isinf(series).any()
-                or np.isnan(series).all()):
-            raise ValueError(
-                "A series must be numbers, (T,) or (T, F) with T >= 1 and one F per "
-                "step, finite or NaN where missing, and at least one known; received "
-                f"{example!r}."
-            )
-        return series
-
-    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
-        """Probabilities and labels of series NaN-padded to the longest and cut
-        to `max_sequence_length` steps, as served."""
-        self.check_beam_size(beam_size)
-        features = series_files.pad_series(list(examples))[:, : int(model.max_sequence_length)]
-        if features.shape[-1] != model.num_features:
-            raise ValueError(
-                f"The model reads {model.num_features} features per step; received "
-                f"series of shape {features.shape[1:]}."
-            )
-        return classifiers.outputs(model, features, self.label_names)
-
-    def format_outputs(self, outputs):
-        return classifiers.format_outputs(outputs)
-
-    def serving_inputs(self, examples):
-        return {"features": series_files.pad_series(list(examples))}
-
-    def serving_module(self, model):
-        return classifiers.serving_module(model, None, self.label_names)
-
-    def class_names(self, model):
-        return classifiers.class_names(model, self.label_names)
-
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        return classifiers.tflite_model(model, quantize, sequence_length, batch_size)
-
-    def probe_inputs(self, model, num_examples=6, seed=0):
-        """Standard normal series of min(16, `max_sequence_length`) steps, the
-        second NaN-padded after half of them, the third with one missing
-        value and the fourth with a missing step (at least 4 series)."""
-        length = min(16, int(model.max_sequence_length))
-        rng = np.random.default_rng(seed)
-        shape = (max(num_examples, 4), length, model.num_features)
-        series = rng.standard_normal(shape).astype(np.float32)
-        series[1, max(length // 2, 1):] = np.nan  # a shorter series, padded
-        series[2, length // 3, 0] = np.nan  # a missing value
-        if length > 2:
-            series[3, length // 2] = np.nan  # a missing step
-        return series
+    def serving(self):
+        return ClassifierServing.for_series(self.label_names, self.name)

@@ -12,16 +12,14 @@ from training.data.common import TaskData, require_file, resolve_data_dir
 from training.pipeline import datasets, prepared, streaming
 from training.recipe.plan import EvaluationPlan, FinalEvaluation
 from training.recipe.series import ENSEMBLE_SIZE
-from training.serving.signatures import fill_empty_rows_numpy
+from training.serving.inputs import token_ids
+from training.serving.task_serving import ClassifierServing
 from training.tasks import classifiers
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
     preset_config,
     stream_options,
-    text_input,
-    text_probes,
-    token_ids,
     training_rows,
 )
 from training.tasks.options import TextClassificationOptions
@@ -106,7 +104,6 @@ class TextClassification(Task):
 
     name = "classification"
     datasets = ("sst2", "trec", "files")
-    model_class = classifiers.MODEL_CLASSES
     options = TextClassificationOptions
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
@@ -416,34 +413,10 @@ class TextClassification(Task):
             return {f"test_{k}": v for k, v in scores.items()}
         return classifiers.test_metrics(self, config, model, data)
 
-    # --- inference and export ---------------------------------------------------
+    # --- serving ----------------------------------------------------------------
 
-    parse_input = staticmethod(text_input)
-
-    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
-        """Probabilities and labels; a sentence without tokens reads as one `[UNK]`,
-        as served (`training.serving.signatures.fill_empty_rows`)."""
-        self.check_beam_size(beam_size)
-        ids = token_ids(self.tokenizer, examples, int(model.max_sequence_length))
-        return classifiers.outputs(model, fill_empty_rows_numpy(ids), self.label_names)
-
-    def format_outputs(self, outputs):
-        return classifiers.format_outputs(outputs)
-
-    def serving_inputs(self, examples):
-        return {"sentences": np.asarray(list(examples), dtype=object)}
-
-    def serving_module(self, model):
-        return classifiers.serving_module(model, self.tokenizer, self.label_names)
-
-    def class_names(self, model):
-        return classifiers.class_names(model, self.label_names)
-
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        return classifiers.tflite_model(model, quantize, sequence_length, batch_size)
-
-    def probe_inputs(self, model, num_examples=6, seed=0):
-        return text_probes(self.tokenizer, num_examples, seed)
+    def serving(self):
+        return ClassifierServing.for_text(self.tokenizer, self.label_names, self.name)
 
 
 def _bare_token_ids(stream):

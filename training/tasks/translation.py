@@ -14,7 +14,6 @@ from training.data import readers, shards, toy
 from training.data.common import TaskData, require_file, resolve_data_dir
 from training.monitor.evaluation import (
     DECODE_BATCH,
-    Translator,
     bleu_scores,
     corpus_bleu,
 )
@@ -31,20 +30,15 @@ from training.optimization.losses import (
 from training.pipeline import datasets, prepared, streaming
 from training.recipe import budget
 from training.recipe.plan import EvaluationPlan, FinalEvaluation
-from training.serving.signatures import BEAM_SIZE, TranslatorModule
-from training.serving.tflite_programs import translator_tflite
+from training.serving.task_serving import TranslationServing
 from training.tasks.base import Task
 from training.tasks.common import (
     learn_or_load_tokenizer,
     preset_config,
     stream_options,
-    text_input,
-    text_probes,
-    token_ids,
     training_rows,
 )
 from training.tasks.options import TranslationOptions
-from training.text.detokenize import detokenize_ids
 
 #: Four beams cost about this many times a greedy decode of the same
 #: sentences, both loops traced (1,000 Multi30k test sentences on a 2-core
@@ -126,11 +120,10 @@ class Translation(Task):
     name = "translation"
     datasets = ("toy", "multi30k", "files")
     options = TranslationOptions
-    model_class = Transformer
 
     def __init__(self, tokenizer=None, label_names=None):
         super().__init__(tokenizer, label_names)
-        self._translators = {}
+        self._serving = None
 
     def recipe_defaults(self):
         return {"weight_decay": 1e-4}  # fairseq's IWSLT de-en recipe
@@ -288,21 +281,10 @@ class Translation(Task):
         return loss, [MaskedAccuracy(), MaskedPerplexity()]
 
     def translator(self, config, model, beam_size):
-        """Strings -> translations with the run's decoding settings.
-
-        One `Translator` per (model, beam size, length penalty): validation
-        BLEU, selection and the test share one traced greedy loop.
-        """
-        return self._translator(model, beam_size, config.length_penalty)
-
-    def _translator(self, model, beam_size, length_penalty):
-        key = (id(model), beam_size, float(length_penalty))
-        if key not in self._translators:
-            self._translators[key] = Translator(
-                model, self.tokenizer, int(model.config.max_sequence_length),
-                beam_size=beam_size, length_penalty=length_penalty,
-            )
-        return self._translators[key]
+        """Strings -> translations with the run's decoding settings: the
+        serving side's traced loops (`TranslationServing.translator`), so that
+        validation BLEU, selection and the test share one greedy loop."""
+        return self.serving().translator(model, beam_size, config.length_penalty)
 
     def validation_score(self, config, model, data, valid):
         if not config.eval_sentences:
@@ -431,51 +413,9 @@ class Translation(Task):
         ]
         return metrics
 
-    # --- inference and export ---------------------------------------------------
+    # --- serving ----------------------------------------------------------------
 
-    parse_input = staticmethod(text_input)
-
-    def check_beam_size(self, beam_size):
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
-            raise ValueError(f"beam_size must be a positive integer; received {beam_size!r}.")
-
-    def signature_name(self, beam_size=1):
-        self.check_beam_size(beam_size)
-        if beam_size == 1:
-            return "serving_default"
-        if beam_size != BEAM_SIZE:
-            raise ValueError(
-                f"A SavedModel translates greedily (beam_size=1) or with its "
-                f"translate_beam signature (beam_size={BEAM_SIZE}, fixed at "
-                f"export); received beam_size={beam_size}."
-            )
-        return "translate_beam"
-
-    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
-        """{"translations": (N,) bytes}: cut to `max_sequence_length` pieces, decoded
-        up to min(S + 50, `max_sequence_length`) tokens (Section 6.1) and detokenized
-        with punctuation attached, as served."""
-        self.check_beam_size(beam_size)
-        ids = token_ids(self.tokenizer, examples, int(model.config.max_sequence_length))
-        # One traced decoding loop per setting.
-        tokens = self._translator(model, beam_size, length_penalty).decode_ids(ids)  # (N, L)
-        text = detokenize_ids(self.tokenizer, tokens)
-        return {"translations": np.asarray(text.numpy(), dtype=object)}
-
-    def format_outputs(self, outputs):
-        return [t.decode("utf-8") for t in outputs["translations"]]
-
-    def serving_inputs(self, examples):
-        return {"sentences": np.asarray(list(examples), dtype=object)}
-
-    def serving_module(self, model):
-        if self.tokenizer is None:
-            raise ValueError("task='translation' needs the tokenizer; received tokenizer=None.")
-        return TranslatorModule(model, self.tokenizer)
-
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        return translator_tflite(model, quantize, sequence_length, batch_size)
-
-    def probe_inputs(self, model, num_examples=6, seed=0):
-        return text_probes(self.tokenizer, num_examples, seed)
-
+    def serving(self):
+        if self._serving is None or self._serving.tokenizer is not self.tokenizer:
+            self._serving = TranslationServing(self.tokenizer, self.name)
+        return self._serving
