@@ -90,7 +90,7 @@ def main():
     accuracy = {"keras (metrics.json)": run.metrics.get("test_accuracy")}
     agreement = {}
     with tempfile.TemporaryDirectory() as scratch:
-        keras_answers = np.asarray(run.task.outputs(run.model, list(texts))["probabilities"]
+        keras_answers = np.asarray(run.serving.outputs(run.model, list(texts))["probabilities"]
                                    ).argmax(-1)
         for quantize in ("none", "int8"):
             name = f"saved_model_{quantize}"

@@ -50,7 +50,7 @@ def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
     # that verification uses.
     request = [e["source"] for e in metrics.get("examples", [])][:3]
     if not request:
-        request = list(run.task.probe_inputs(run.model, num_examples=3))[:3]
+        request = list(run.serving.probe_inputs(run.model, num_examples=3))[:3]
     response = SavedModelPredictor(export_dir).predict(request)
     print("== One request through the reloaded SavedModel (serving_default) ==")
     shown = reprlib.Repr()

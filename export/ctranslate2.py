@@ -74,7 +74,8 @@ from training.monitor.evaluation import Translator
 from training.runs.predict import answer_in_batches
 from training.serving.inputs import text_input, token_ids
 from training.serving.signatures import EXTRA_OUTPUT_LENGTH
-from training.tasks import get_task
+from training.serving.task_serving import Serving, TranslationServing
+from training.tasks.base import Task, serving_of
 from training.text.detokenize import detokenize_ids
 from training.text.tokenizers import load_tokenizer
 
@@ -597,8 +598,8 @@ class CTranslate2Translator:
             One translation per sentence, in order.
         """
         _check_beam(beam_size)
-        task = get_task("translation", tokenizer=self.tokenizer)
-        examples = [task.parse_input(sentence) for sentence in sentences]
+        serving = TranslationServing(self.tokenizer)
+        examples = [serving.parse_input(sentence) for sentence in sentences]
 
         def answer(batch):
             ids = token_ids(self.tokenizer, batch, self.max_sequence_length)
@@ -606,7 +607,7 @@ class CTranslate2Translator:
             return {"translations": np.asarray(
                 detokenize_ids(self.tokenizer, tokens).numpy(), dtype=object)}
 
-        return answer_in_batches(task, examples, batch_size, answer)
+        return answer_in_batches(serving, examples, batch_size, answer)
 
 
 def _check_beam(beam_size):
@@ -686,9 +687,9 @@ def verify_ctranslate2(run_or_model, model_dir, sentences=None, references=None,
     tokenizer = _tokenizer_of(task)
     translator = translator or CTranslate2Translator(model_dir)
     if sentences is None:
-        if not hasattr(task, "probe_inputs"):
+        if not isinstance(task, (Task, Serving)):
             raise ValueError("Pass the sentences, or the translation task that probes with its own.")
-        sentences = task.probe_inputs(model)
+        sentences = serving_of(task).probe_inputs(model)
     sentences = [text_input(s) for s in sentences]
     if references is not None and len(references) != len(sentences):
         raise ValueError(

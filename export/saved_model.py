@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from export.quantize import EXPORT_ASSET, check_saved_model_quantize, int8_tables
 from training.data.atomic import atomic_directory
-from training.tasks.base import require_task
+from training.tasks.base import serving_of
 
 
 def build_serving_module(model, task):
@@ -36,15 +36,15 @@ def build_serving_module(model, task):
             loaded run, or `get_task(name, tokenizer=..., label_names=...)`.
 
     Returns:
-        The task's module (`Task.serving_module`): a `TranslatorModule` or a
+        The task's module (`Serving.serving_module`): a `TranslatorModule` or a
         `ClassifierModule`.
 
     Raises:
         ValueError: On an unknown task or a model that does not fit it.
     """
-    task = require_task(task)
-    task.check_model(model)
-    return task.serving_module(model)
+    serving = serving_of(task)
+    serving.check_model(model)
+    return serving.serving_module(model)
 
 
 def _write_assets(directory, config, tokenizer, label_names):
@@ -111,14 +111,14 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
         config = json.loads(json.dumps(config))
     except TypeError as error:
         raise ValueError(f"config must be JSON-serialisable: {error}") from error
-    task = require_task(task)
+    serving = serving_of(task)
     check_saved_model_quantize(quantize, model)
     if quantize == "int8":
         model = int8_tables(model)
-    module = build_serving_module(model, task)
+    module = build_serving_module(model, serving)
     # A classifier's labels.txt names every class, defaults included.
-    label_names = task.class_names(model)
-    tokenizer = task.tokenizer
+    label_names = serving.class_names(model)
+    tokenizer = serving.tokenizer
     export_dir = os.path.abspath(os.fspath(export_dir))
     with (
         atomic_directory(export_dir, overwrite) as staging,

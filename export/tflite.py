@@ -2,12 +2,12 @@
 
 The programs themselves (static shapes, the cached greedy loop, frozen
 weights, quantization) are `training.serving.tflite_programs`; the task says
-which one its model needs (`Task.tflite_model`).
+which one its model needs (`Serving.tflite_model`).
 """
 
 from training.data.atomic import atomic_write_bytes, check_target
 from training.serving.tflite_programs import check_quantize
-from training.tasks.base import require_task
+from training.tasks.base import serving_of
 
 
 def export_tflite(
@@ -44,9 +44,9 @@ def export_tflite(
         ValueError: On an unknown task or quantization, a model that does not
             fit the task, or a `sequence_length` given for "image".
     """
-    task = require_task(task)
-    task.check_model(model)
+    serving = serving_of(task)
+    serving.check_model(model)
     check_quantize(quantize)
     check_target(output_path, overwrite)
-    data = task.tflite_model(model, quantize, sequence_length, batch_size)
+    data = serving.tflite_model(model, quantize, sequence_length, batch_size)
     return atomic_write_bytes(output_path, data, overwrite)

@@ -6,7 +6,7 @@ imports only TensorFlow and tensorflow-text (`export/fresh_process.py`;
 TensorFlow's `saved_model_cli run` (`serving_default`), whose printed output
 is parsed. Both are
 compared with the outputs the Keras model computes here without the serving
-module, `Task.outputs` of the run's task (`training.tasks`): tokenize -> cut
+module, `Serving.outputs` of the run's task's serving side (`Task.serving()`): tokenize -> cut
 to `max_sequence_length` -> greedy search with max length min(S + 50,
 `max_sequence_length`) -> detokenize for a translator; `model.probabilities`
 for a classifier (token, numeric or image input).  The inputs are the task's
@@ -28,7 +28,7 @@ from export.quantize import served_model
 from export.saved_model_cli import run_saved_model_cli
 from export.serving_ops import read_saved_model
 from export.tflite_verify import verify_tflite
-from training.tasks.base import require_task
+from training.tasks.base import serving_of
 
 
 def reference_outputs(model, task, examples):
@@ -51,7 +51,7 @@ def reference_outputs(model, task, examples):
         `{"translations": (N,) bytes}` for translation, else
         `{"probabilities": (N, K) float32, "labels": (N,) bytes}`.
     """
-    return require_task(task).outputs(model, examples)
+    return serving_of(task).outputs(model, examples)
 
 
 def run_in_fresh_process(
@@ -195,10 +195,10 @@ def verify_saved_model(
         `saved_model_cli` (lists of differences, empty when they agree, or
         None when skipped) and `ok`.
     """
-    task = require_task(task)
+    serving = serving_of(task)
     if examples is None:
-        examples = task.probe_inputs(model)
-    inputs = task.serving_inputs(examples)
+        examples = serving.probe_inputs(model)
+    inputs = serving.serving_inputs(examples)
     # `serving_default`, and its XLA twin where the export has one: both
     # answer as the Keras model does.
     signatures = ["serving_default"] + [
@@ -214,7 +214,7 @@ def verify_saved_model(
             else None
         )
         # A SavedModel written with int8 tables is compared with the same copy.
-        expected = task.outputs(served_model(model, saved_model_dir), examples)
+        expected = serving.outputs(served_model(model, saved_model_dir), examples)
         fresh = [
             f"{name}: {problem}" if name != "serving_default" else problem
             for name, outputs in fresh_run.result().items()
@@ -247,7 +247,7 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
         `{"saved_model": verify_saved_model(...), "tflite": verify_tflite(...)
         or None, "ok": both ok}`.
     """
-    examples = run.task.probe_inputs(run.model)
+    examples = serving_of(run.task).probe_inputs(run.model)
     saved_model = verify_saved_model(saved_model_dir, run.model, run.task, examples)
     tflite = None
     if tflite_path is not None:

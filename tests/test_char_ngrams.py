@@ -197,7 +197,7 @@ def test_a_run_with_char_ngrams_learns_from_spelling_reloads_exports_and_serves_
     assert run.tokenizer.char_ngram_buckets == 256 == run.model.char_ngram_buckets
     probes = ["what is zorbitis ?", "what is lanville ?", "", "hello"]
     task = get_task("classification", tokenizer=run.tokenizer, label_names=run.label_names)
-    expected = task.outputs(run.model, probes)
+    expected = task.serving().outputs(run.model, probes)
     saved = export_saved_model(run.model, run.config, tmp_path / "sm", run.task)
     served = tf.saved_model.load(saved).signatures["serving_default"](
         sentences=tf.constant(probes))

@@ -269,7 +269,7 @@ def test_cli_export_and_predict(translator_run, monkeypatch, capsys, tmp_path):
     output = str(tmp_path / "ct2")
     assert export_commands.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 0
     lines = capsys.readouterr().out.splitlines()
-    probes = len(run.task.probe_inputs(run.model))
+    probes = len(run.task.serving().probe_inputs(run.model))
     assert lines[0] == output
     assert f"greedy {probes}/{probes}" in lines[1] and "ok" in lines[1]
     assert export_commands.main(["ctranslate2", "--run-dir", run.run_dir, "--output", output]) == 2

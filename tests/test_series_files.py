@@ -246,7 +246,7 @@ def test_predict_reads_series_files_one_input_a_series(tmp_path):
     assert [x.shape for x in inputs] == [(3, 2), (2, 2)]  # each its own length
     np.testing.assert_array_equal(inputs[1], [[7, 9], [8, 10]])
     task = get_task("timeseries")
-    assert [task.parse_input(x).shape for x in inputs] == [(3, 2), (2, 2)]
+    assert [task.serving().parse_input(x).shape for x in inputs] == [(3, 2), (2, 2)]
     csv = _write(tmp_path, "x.csv", "series_id,channel,label,v1,v2\na,0,,1,2\na,1,,3,4\n")
     assert [x.tolist() for x in read_inputs(input_file=csv)] == [[[1, 3], [2, 4]]]
     # A CSV file of another layout is lines, as before.
@@ -254,7 +254,7 @@ def test_predict_reads_series_files_one_input_a_series(tmp_path):
     assert read_inputs(input_file=lines) == ["1,2,3", "4,5,6"]
     holes = _ts(tmp_path, "1,?,3:4,5,6:run\n", name="holes.ts")
     (series,) = read_inputs(input_file=holes)  # a missing value stays NaN: the model fills it
-    assert series.shape == (3, 2) and np.isnan(series[1, 0]) and task.parse_input(series) is not None
+    assert series.shape == (3, 2) and np.isnan(series[1, 0]) and task.serving().parse_input(series) is not None
 
 
 def test_multivariate_classifier_exports_equal_keras(tmp_path):

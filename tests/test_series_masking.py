@@ -358,9 +358,9 @@ def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(stem,
 
     target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
     signature = tf.saved_model.load(str(target)).signatures["serving_default"]
-    got = signature(**{k: tf.constant(v) for k, v in task.serving_inputs(rows).items()})
+    got = signature(**{k: tf.constant(v) for k, v in task.serving().serving_inputs(rows).items()})
     got = {k: v.numpy() for k, v in got.items()}
-    assert np.isnan(task.serving_inputs(rows)["features"]).any()
+    assert np.isnan(task.serving().serving_inputs(rows)["features"]).any()
     assert compare_outputs(got, expected) == []
 
     tflite = export_tflite(model, tmp_path / "series.tflite", task)
@@ -371,7 +371,7 @@ def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(stem,
 
 def test_probe_inputs_hold_padding_and_missing_values():
     model, task, _ = _exported_classifier()
-    probes = task.probe_inputs(model)
+    probes = task.serving().probe_inputs(model)
     assert probes.shape == (6, 16, 3)
     assert np.isnan(probes[1, 8:]).all() and not np.isnan(probes[1, :8]).any()  # padded
     assert np.isnan(probes[2]).sum() == 1 and np.isnan(probes[3, 8]).all()  # missing
@@ -383,7 +383,7 @@ def test_export_verification_covers_padded_multivariate_probes(tmp_path):
     `verify_tflite` on the task's probes, padded and with missing values."""
 
     model, task, _ = _exported_classifier()
-    probes = task.probe_inputs(model)
+    probes = task.serving().probe_inputs(model)
     target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
     report = verify_saved_model(target, model, task)
     assert report["ok"] and report["num_examples"] == 6, report

@@ -336,11 +336,11 @@ def test_image_task_is_not_trained():
 def test_check_model_names_the_needed_class(name, model):
     wanted = {"translation": Transformer, "image": VisionTransformer}[name].__name__
     with pytest.raises(ValueError, match=f"task='{name}' needs a {wanted}; received model="):
-        get_task(name).check_model(model)
+        get_task(name).serving().check_model(model)
 
 
 def test_series_lines_parse_to_steps_and_features():
-    task = get_task("timeseries")
+    task = get_task("timeseries").serving()
     np.testing.assert_array_equal(task.parse_input("1, 2 3\t4"), [[1], [2], [3], [4]])
     np.testing.assert_array_equal(task.parse_input("1,2; 3 4;"), [[1, 2], [3, 4]])
     assert task.parse_input([0.5, 1.5]).shape == (2, 1)
@@ -353,28 +353,28 @@ def test_series_lines_parse_to_steps_and_features():
 
 
 def test_text_inputs_are_strings():
-    task = get_task("classification")
+    task = get_task("classification").serving()
     assert task.parse_input(b"caf\xc3\xa9") == "café" and task.parse_input("") == ""
     with pytest.raises(ValueError, match="must be a string; received int"):
         task.parse_input(3)
     with pytest.raises(ValueError, match="image arrays"):
-        get_task("image").parse_input("a picture")
+        get_task("image").serving().parse_input("a picture")
 
 
 def test_classifier_lines_give_the_label_and_its_probability():
-    task = get_task("classification")
+    task = get_task("classification").serving()
     softmax = {"probabilities": np.array([[0.2, 0.8], [0.9, 0.1]], np.float32),
                "labels": np.array([b"pos", b"neg"], dtype=object)}
     assert task.format_outputs(softmax) == ["pos\t0.8000", "neg\t0.9000"]
     sigmoid = {"probabilities": np.array([[0.7], [0.25]], np.float32),
                "labels": np.array([b"yes", b"no"], dtype=object)}
-    assert get_task("timeseries").format_outputs(sigmoid) == ["yes\t0.7000", "no\t0.7500"]
+    assert get_task("timeseries").serving().format_outputs(sigmoid) == ["yes\t0.7000", "no\t0.7500"]
     translations = {"translations": np.array([b"zwei", "über".encode()], dtype=object)}
-    assert get_task("translation").format_outputs(translations) == ["zwei", "über"]
+    assert get_task("translation").serving().format_outputs(translations) == ["zwei", "über"]
 
 
 def test_beam_size_is_for_translation_and_a_saved_model_has_one_beam_width():
-    translation = get_task("translation")
+    translation = get_task("translation").serving()
     assert translation.signature_name(1) == "serving_default"
     assert translation.signature_name(4) == "translate_beam"
     with pytest.raises(ValueError, match="beam_size=3"):
@@ -382,7 +382,7 @@ def test_beam_size_is_for_translation_and_a_saved_model_has_one_beam_width():
     with pytest.raises(ValueError, match="beam_size must be a positive integer; received 0"):
         translation.check_beam_size(0)
     with pytest.raises(ValueError, match="beam_size=2 with task='classification'"):
-        get_task("classification").signature_name(2)
+        get_task("classification").serving().signature_name(2)
 
 
 def test_batch_tokens_count_what_the_learning_rate_scales_with():

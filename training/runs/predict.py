@@ -13,11 +13,12 @@ steps separated by ";" when a step has several features), or `--input` names
 a series file (`.ts`, or `.csv` of `read_series_csv`'s layout), one answer
 a series.
 
-Both sources answer through the task (`training.tasks`): the same parsing,
-the same batches (inputs sorted by length, `batch_size` at a time) and the
-same formatting, so a run and its SavedModel give the same lines.  The run
-computes `Task.outputs` with its Keras model; the SavedModel runs the
-signature `Task.signature_name` picks.  A SavedModel's beam search has the
+Both sources answer through the task's serving side (`Task.serving()`, a
+`training.serving.task_serving.Serving`): the same parsing, the same batches
+(inputs sorted by length, `batch_size` at a time) and the same formatting,
+so a run and its SavedModel give the same lines.  The run computes
+`Serving.outputs` with its Keras model; the SavedModel runs the signature
+`Serving.signature_name` picks.  A SavedModel's beam search has the
 width fixed at export (`translate_beam`: 4 beams, length penalty 0.6).
 """
 
@@ -38,30 +39,30 @@ def _check_batch_size(batch_size):
         raise ValueError(f"batch_size must be a positive integer; received {batch_size!r}.")
 
 
-def _parsed(task, inputs):
+def _parsed(serving, inputs):
     examples = []
     for number, example in enumerate(inputs, start=1):
         try:
-            examples.append(task.parse_input(example))
+            examples.append(serving.parse_input(example))
         except ValueError as error:
             raise ValueError(f"input {number}: {error}") from None
     return examples
 
 
-def answer_in_batches(task, examples, batch_size, answer):
+def answer_in_batches(serving, examples, batch_size, answer):
     """Lines for `examples`, in their order, from `answer(batch) -> outputs`.
 
-    Examples are sorted by `task.batch_key` (stable) and cut into batches
-    of at most `batch_size`; a task whose inputs are not masked
-    (`same_key_batches`) also starts a new batch where the key changes.
+    Examples are sorted by `serving.batch_key` (stable) and cut into batches
+    of at most `batch_size`; where inputs are not masked
+    (`serving.same_key_batches`) a new batch also starts where the key changes.
     """
     _check_batch_size(batch_size)
-    order = sorted(range(len(examples)), key=lambda i: task.batch_key(examples[i]))
+    order = sorted(range(len(examples)), key=lambda i: serving.batch_key(examples[i]))
     batches, batch = [], []
     for i in order:
         if batch and (len(batch) == batch_size or (
-            task.same_key_batches
-            and task.batch_key(examples[i]) != task.batch_key(examples[batch[0]])
+            serving.same_key_batches
+            and serving.batch_key(examples[i]) != serving.batch_key(examples[batch[0]])
         )):
             batches.append(batch)
             batch = []
@@ -71,7 +72,7 @@ def answer_in_batches(task, examples, batch_size, answer):
     lines = [None] * len(examples)
     for batch in batches:
         outputs = answer([examples[i] for i in batch])
-        for i, line in zip(batch, task.format_outputs(outputs), strict=True):
+        for i, line in zip(batch, serving.format_outputs(outputs), strict=True):
             lines[i] = line
     return lines
 
@@ -85,12 +86,12 @@ def predict_run(run, inputs, beam_size=1, batch_size=64):
         beam_size: Beams of a translator (1: greedy).
         batch_size: Inputs per model call.
     """
-    task = run.task
-    task.check_beam_size(beam_size)
+    serving = run.task.serving()
+    serving.check_beam_size(beam_size)
     length_penalty = run.config.get("length_penalty", 0.6)
     return answer_in_batches(
-        task, _parsed(task, inputs), batch_size,
-        lambda batch: task.outputs(run.model, batch, beam_size, length_penalty),
+        serving, _parsed(serving, inputs), batch_size,
+        lambda batch: serving.outputs(run.model, batch, beam_size, length_penalty),
     )
 
 
@@ -104,18 +105,18 @@ class SavedModelPredictor:
 
     def __init__(self, export_dir, task=None):
         self.export_dir = os.fspath(export_dir)
-        self.task = get_task(task or _exported_task(self.export_dir))
+        self.serving = get_task(task or _exported_task(self.export_dir)).serving()
         self.loaded = tf.saved_model.load(self.export_dir)
 
     def predict(self, inputs, beam_size=1, batch_size=64):
         """Lines for `inputs` from the SavedModel's signature (see `predict_run`)."""
-        signature = self.loaded.signatures[self.task.signature_name(beam_size)]
+        signature = self.loaded.signatures[self.serving.signature_name(beam_size)]
 
         def answer(batch):
-            feeds = {k: tf.constant(v) for k, v in self.task.serving_inputs(batch).items()}
+            feeds = {k: tf.constant(v) for k, v in self.serving.serving_inputs(batch).items()}
             return {k: v.numpy() for k, v in signature(**feeds).items()}
 
-        return answer_in_batches(self.task, _parsed(self.task, inputs), batch_size, answer)
+        return answer_in_batches(self.serving, _parsed(self.serving, inputs), batch_size, answer)
 
 
 def _exported_task(export_dir):

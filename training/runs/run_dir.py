@@ -237,8 +237,8 @@ class Run:
 
     `task` is the run's `training.tasks.Task`, its tokenizer and class
     names loaded from the run directory; `predict` answers raw inputs
-    through it (`training.runs.predict`), and the exporters take it as it
-    is (`export.saved_model.export_saved_model(run.model, run.config, path,
+    through its serving side (`serving`, `training.runs.predict`), and the
+    exporters take the task as it is (`export.saved_model.export_saved_model(run.model, run.config, path,
     run.task)`).
     """
 
@@ -247,6 +247,12 @@ class Run:
     config: dict
     model: keras.Model
     metrics: dict
+
+    @property
+    def serving(self):
+        """The task's serving side (`training.serving.task_serving.Serving`):
+        what parses, answers and exports for this run's model."""
+        return self.task.serving()
 
     @property
     def tokenizer(self):

@@ -5,11 +5,13 @@ once against these hooks and never branches on a task's name; the one string
 lookup is `training.tasks.get_task(config.task)`.  A task is a plain object,
 not a Keras model: it reads its data, holds its assets (a tokenizer for
 text, class names for classifiers), builds its model, loss and metrics,
-scores a model for selection, evaluates it, and knows how the model is
-served, converted to TFLite and checked after export.  Loop, resume,
-distribution, averaging, the run directory and atomic writes stay in the
-pipeline; tokenizers, decoding and the served `tf.Module`s stay in their
-modules, which the tasks call.
+scores a model for selection and evaluates it.  What the trained model
+needs to be served (parsing inputs, answering with Keras, the served
+module, the TFLite program, the probes an export is checked on) is its
+serving side, `serving()` (`training.serving.task_serving`), which
+`predict` and `export` call.  Loop, resume, distribution, averaging, the
+run directory and atomic writes stay in the pipeline; tokenizers, decoding
+and the served `tf.Module`s stay in their modules, which the tasks call.
 
 Who calls what:
 
@@ -22,8 +24,7 @@ Who calls what:
 | `validation_score`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
 | `evaluation_plan_type`, `time_evaluation` | `training.loop.time_budget` |
 | `load_assets` | `training.runs.run_dir.load_run` |
-| `parse_input`, `outputs`, `format_outputs`, `signature_name`, `serving_inputs` | `training.runs.predict`, `export.verify` |
-| `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
+| `serving` | `training.runs.predict`, `export.*` (through `serving_of`) |
 """
 
 import json
@@ -31,6 +32,7 @@ import os
 
 from training.recipe import budget
 from training.recipe.plan import EvaluationPlan, FinalEvaluation
+from training.serving.task_serving import Serving
 from training.tasks.options import TaskOptions, option_defaults, option_names
 from training.text.tokenizers import load_tokenizer
 
@@ -52,6 +54,14 @@ def require_task(task, argument="task"):
         hint = (f" (for a name use training.tasks.get_task({task!r}, tokenizer=..., "
                 "label_names=...); a loaded run holds its task as run.task)")
     raise TypeError(f"{argument} must be a training.tasks.Task; received {task!r}{hint}.")
+
+
+def serving_of(task, argument="task"):
+    """The serving side of `task`: a `Task`'s `serving()`, or a
+    `training.serving.task_serving.Serving` as it is."""
+    if isinstance(task, Serving):
+        return task
+    return require_task(task, argument).serving()
 
 
 class Task:
@@ -232,46 +242,3 @@ class Task:
         `training.serving.task_serving.Serving` that parses inputs, answers
         with a Keras model, builds the served module and the TFLite program."""
         raise NotImplementedError
-
-    # The serving side's hooks, reached through the task until the callers
-    # ask `serving()` themselves.
-
-    def check_model(self, model):
-        return self.serving().check_model(model)
-
-    def parse_input(self, example):
-        return self.serving().parse_input(example)
-
-    def batch_key(self, example):
-        return self.serving().batch_key(example)
-
-    @property
-    def same_key_batches(self):
-        return self.serving().same_key_batches
-
-    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
-        return self.serving().outputs(model, examples, beam_size, length_penalty)
-
-    def format_outputs(self, outputs):
-        return self.serving().format_outputs(outputs)
-
-    def check_beam_size(self, beam_size):
-        return self.serving().check_beam_size(beam_size)
-
-    def signature_name(self, beam_size=1):
-        return self.serving().signature_name(beam_size)
-
-    def serving_inputs(self, examples):
-        return self.serving().serving_inputs(examples)
-
-    def serving_module(self, model):
-        return self.serving().serving_module(model)
-
-    def class_names(self, model):
-        return self.serving().class_names(model)
-
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        return self.serving().tflite_model(model, quantize, sequence_length, batch_size)
-
-    def probe_inputs(self, model, num_examples=6, seed=0):
-        return self.serving().probe_inputs(model, num_examples, seed)
