@@ -1,8 +1,9 @@
 """Nothing a user types loses their files or answers from a half-written one.
 
-`--overwrite` replaces a run, never a folder of someone's files; a run
-replaced by one that fails its data checks is kept; a file of a finished
-run that differs from its manifest is named and never used; a newer format is refused in one line; a resumed run refuses
+`--overwrite` replaces a run or an export, never a folder of someone's
+files; a run replaced by one that fails its data checks is kept; a file of
+a finished run or an export that differs from its manifest is named and
+never used; a newer format is refused in one line; a resumed run refuses
 training files that changed; a write that fails part way leaves the old
 file.  One tiny finished run (an untrained 1-layer model, no training) is
 built once and copied for each test.
@@ -12,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import pathlib
 import shutil
 import warnings
 
@@ -22,8 +24,15 @@ from export_fixtures import tiny_tokenizer
 from keras_transformer.models import Transformer
 from training.config import load_config
 from training.data import atomic
-from training.data.manifest import MANIFEST
+from training.data.manifest import (
+    MANIFEST,
+    OLDER_EXPORT_WARNING,
+    check_saved_model_export,
+    write_manifest,
+)
+from training.pipeline import prepared
 from training.runs import selection
+from training.runs.predict import SavedModelPredictor
 from training.runs.run_dir import (
     OLDER_RUN_WARNING,
     RunDirLock,
@@ -283,3 +292,66 @@ def test_a_write_that_fails_part_way_leaves_the_old_file(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
     assert json.loads(path.read_text()) == {"old": 1}
     assert os.listdir(tmp_path) == ["metrics.json"]
+
+
+def _fake_saved_model(folder):
+    (folder / "assets").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"graph" * 100)
+    (folder / "assets" / "config.json").write_text('{"task": "translation"}')
+    return folder
+
+
+def test_an_export_with_a_changed_file_is_refused_before_it_loads(tmp_path):
+    export_dir = _fake_saved_model(tmp_path / "export")
+    write_manifest(export_dir, "saved_model")
+    check_saved_model_export(export_dir)
+    (export_dir / "saved_model.pb").write_bytes(b"graph" * 50)
+    with pytest.raises(ValueError, match="saved_model.pb has 250 bytes where") as caught:
+        SavedModelPredictor(export_dir)  # refused before tf.saved_model.load reads it
+    assert "\n" not in str(caught.value)
+    manifest = json.loads((export_dir / MANIFEST).read_text())
+    (export_dir / MANIFEST).write_text(json.dumps(dict(manifest, format_version=7)))
+    with pytest.raises(ValueError, match="format version 7.*upgrade keras-transformer"):
+        check_saved_model_export(export_dir)
+
+
+def test_an_export_written_before_manifests_is_read_with_a_warning(tmp_path):
+    export_dir = _fake_saved_model(tmp_path / "export")
+    with pytest.warns(UserWarning) as caught:
+        check_saved_model_export(export_dir)
+    assert [str(w.message) for w in caught] == [
+        OLDER_EXPORT_WARNING.format(what=f"--saved-model {str(export_dir)!r}")]
+    with pytest.raises(FileNotFoundError, match="not a keras-transformer saved_model export"):
+        check_saved_model_export(tmp_path)
+
+
+def test_export_and_prepare_overwrite_only_their_own_outputs(tmp_path):
+    from export.saved_model import REPLACEABLE as SAVED_MODEL
+    from export.tflite import REPLACEABLE as TFLITE
+
+    notes = _user_folder(tmp_path)
+    (tmp_path / "model.tflite").write_bytes(b"my own file")
+    before = _hashes(tmp_path)
+    for target, replaceable in ((notes, SAVED_MODEL), (notes, prepared.REPLACEABLE),
+                                (tmp_path / "model.tflite", TFLITE)):
+        with pytest.raises(FileExistsError, match="nothing was changed"):
+            with atomic.atomic_directory(target, True, replaceable):
+                pytest.fail("the body runs only for a target it may replace")
+    assert _hashes(tmp_path) == before
+    # Their own outputs they replace.
+    export_dir = _fake_saved_model(tmp_path / "export")
+    with atomic.atomic_directory(export_dir, True, SAVED_MODEL) as staged:
+        _fake_saved_model(pathlib.Path(staged) / "x")
+    assert os.listdir(export_dir) == ["x"]
+    tflite = tmp_path / "ok.tflite"
+    tflite.write_bytes(b"\0\0\0\0TFL3rest")
+    atomic.atomic_write_bytes(tflite, b"\0\0\0\0TFL3new", True, TFLITE)
+    assert tflite.read_bytes() == b"\0\0\0\0TFL3new"
+
+
+def test_a_prepared_corpus_of_a_newer_format_is_refused(tmp_path):
+    (tmp_path / prepared.MANIFEST).write_text(json.dumps({
+        "format": "keras-transformer prepared corpus", "format_version": 2,
+        "package_version": "9.0"}))
+    with pytest.raises(ValueError, match="format version 2 .*upgrade keras-transformer"):
+        prepared.read_manifest(tmp_path)

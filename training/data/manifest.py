@@ -20,6 +20,7 @@ answers from a half-written vocabulary or model.
 import hashlib
 import json
 import os
+import warnings
 
 from keras_transformer import __version__
 from training.data.atomic import atomic_write_json
@@ -159,3 +160,60 @@ def check_manifest(folder, kind, what, remedy):
                 f"{what}: {name} differs from the SHA-256 its {MANIFEST} recorded "
                 f"(changed or damaged); not used: {remedy}.")
     return record
+
+
+#: The files a SavedModel export holds, by which one written before exports
+#: carried a manifest is known (`export.saved_model`).
+SAVED_MODEL_FILES = ("saved_model.pb", "assets/config.json")
+#: What reading an export written before exports carried a manifest warns.
+OLDER_EXPORT_WARNING = (
+    "{what} was written before exports carried a format version (it has no "
+    f"{MANIFEST}): read as it is, its files unchecked; export it again to have them checked."
+)
+
+
+def written_as(path, kind, older_files=()):
+    """Whether `path` is a folder this package wrote as `kind`: its manifest
+    says so, or, written before folders carried one, it holds every one of
+    `older_files` (relative POSIX paths; none: never)."""
+    path = os.fspath(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        return False
+    manifest = os.path.join(path, MANIFEST)
+    if os.path.isfile(manifest):
+        try:
+            record = read_json(manifest, path)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and record.get("format") == f"keras-transformer {kind}"
+    return bool(older_files) and all(
+        os.path.isfile(os.path.join(path, *name.split("/"))) for name in older_files)
+
+
+def check_written(path, kind, what, remedy, older_files=()):
+    """Checks a folder `write_manifest` finished before anything reads it.
+
+    With a manifest: `check_manifest` (a newer version refused, a file that
+    differs named).  Written before folders carried one (`older_files` all
+    there): read as it is, with a warning (`OLDER_EXPORT_WARNING`).
+
+    Raises:
+        FileNotFoundError: If `path` is neither.
+        ValueError: As `check_manifest`.
+    """
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, MANIFEST)):
+        return check_manifest(path, kind, what, remedy)
+    if older_files and written_as(path, kind, older_files):
+        warnings.warn(OLDER_EXPORT_WARNING.format(what=what), UserWarning, stacklevel=2)
+        return None
+    raise FileNotFoundError(f"{what} is not a keras-transformer {kind} export (no {MANIFEST}); "
+                            f"{remedy}.")
+
+
+def check_saved_model_export(export_dir):
+    """`check_written` for a SavedModel export (`export.saved_model`)."""
+    export_dir = os.fspath(export_dir)
+    return check_written(export_dir, "saved_model", f"--saved-model {export_dir!r}",
+                         "export the run again (python -m export saved-model)",
+                         SAVED_MODEL_FILES)
