@@ -204,6 +204,10 @@ def test_a_new_run_that_fails_its_data_checks_leaves_nothing(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.src"):
         train(typo, tmp_path / "run", verbose=0)
     assert os.listdir(tmp_path) == []  # not left pinned to the config that failed
+    (tmp_path / "empty").mkdir()  # a folder made for the run: left as it was, empty
+    with pytest.raises(FileNotFoundError, match="nope.src"):
+        train(typo, tmp_path / "empty", verbose=0)
+    assert os.listdir(tmp_path / "empty") == []
 
 
 def test_a_replacement_killed_before_its_checkpoint_keeps_the_old_run_aside(finished_run):

@@ -501,7 +501,8 @@ def claim_run_dir(run_dir, config, overwrite=False):
     if os.path.isdir(run_dir) and _run_files(run_dir):
         _recognised_run(run_dir)
     created = not os.path.lexists(run_dir)
-    remove = False
+    lock_made = not os.path.lexists(os.path.join(run_dir, LOCK_NAME))
+    cleared = False
     try:
         with RunDirLock(run_dir):
             resumed = prepare_run_dir(run_dir, config, overwrite)
@@ -512,13 +513,15 @@ def claim_run_dir(run_dir, config, overwrite=False):
                         and not os.path.isdir(os.path.join(run_dir, "checkpoints", "resume"))
                         and not os.path.isfile(os.path.join(run_dir, "metrics.json"))):
                     _clear(run_dir)
-                    remove = created
+                    cleared = True
                 raise
             drop_replaced_run(run_dir)
     finally:
-        if remove:  # the folder this failed run made, left empty but its lock file
-            with contextlib.suppress(OSError):
+        # What this failed run made: its lock file, and the folder if it made that too.
+        with contextlib.suppress(OSError):
+            if cleared and lock_made:
                 os.remove(os.path.join(run_dir, LOCK_NAME))
+            if cleared and created:
                 os.rmdir(run_dir)
 
 
