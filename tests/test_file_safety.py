@@ -359,3 +359,9 @@ def test_a_prepared_corpus_of_a_newer_format_is_refused(tmp_path):
         "package_version": "9.0"}))
     with pytest.raises(ValueError, match="format version 2 .*upgrade keras-transformer"):
         prepared.read_manifest(tmp_path)
+
+
+def test_predict_from_a_missing_export_is_one_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such directory") as caught:
+        SavedModelPredictor(tmp_path / "nope")
+    assert "\n" not in str(caught.value)

@@ -202,6 +202,9 @@ def check_written(path, kind, what, remedy, older_files=()):
         ValueError: As `check_manifest`.
     """
     path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{what} is not a folder (no such directory); pass the "
+                                f"folder of a keras-transformer {kind} export.")
     if os.path.isfile(os.path.join(path, MANIFEST)):
         return check_manifest(path, kind, what, remedy)
     if older_files and written_as(path, kind, older_files):
