@@ -228,6 +228,21 @@ def test_a_replacement_killed_before_its_checkpoint_keeps_the_old_run_aside(fini
     assert drop_replaced_run(finished_run) and not aside.exists()
 
 
+def test_a_replacement_killed_before_its_first_file_puts_the_old_run_back(finished_run):
+    before = _hashes(finished_run)
+    del before[".lock"]
+    config = load_config("tiny", FAST + ["seed=2"])
+    prepare_run_dir(finished_run, config, overwrite=True)
+    for name in ("config.json", "run.json", "checkpoints"):  # as if killed at the set-aside
+        shutil.rmtree(finished_run / name, ignore_errors=True)
+        if (finished_run / name).exists():
+            os.remove(finished_run / name)
+    with pytest.raises(FileExistsError, match="finished run"):  # the old command, again
+        prepare_run_dir(finished_run, load_config("tiny", FAST))
+    assert {k: v for k, v in _hashes(finished_run).items() if k != ".lock"} == before
+    assert not (finished_run.parent / ".run.replaced").exists()
+
+
 def test_resume_refuses_a_training_file_that_changed(tmp_path):
     src, tgt = tmp_path / "a.src", tmp_path / "a.tgt"
     src.write_text("one\ntwo\n")

@@ -344,6 +344,10 @@ def restore_replaced_run(run_dir):
     if not os.path.isdir(aside) or _has_checkpoint(run_dir):
         return False
     parent, name = os.path.split(os.path.abspath(run_dir))
+    if not os.path.lexists(run_dir):
+        os.rename(aside, run_dir)
+        fsync_directory(parent)
+        return True
     failed = tempfile.mkdtemp(prefix=f".{name}.failed-", dir=parent)
     if os.path.lexists(os.path.join(run_dir, LOCK_NAME)):
         os.rename(os.path.join(run_dir, LOCK_NAME), os.path.join(aside, LOCK_NAME))
@@ -438,8 +442,11 @@ def prepare_run_dir(run_dir, config, overwrite=False):
     if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
         raise FileExistsError(f"run_dir={run_dir!r} is a file, not a folder; choose another "
                               "--run-dir.")
-    if os.path.isdir(run_dir) and os.path.isdir(_aside_path(run_dir)):
-        drop_replaced_run(run_dir)  # a replacement killed after its first checkpoint
+    if os.path.isdir(_aside_path(run_dir)):
+        if os.path.isdir(run_dir) and _run_files(run_dir):
+            drop_replaced_run(run_dir)  # a replacement killed after its first checkpoint
+        else:  # one killed before it wrote a file: as if it never began
+            restore_replaced_run(run_dir)
     config_path = os.path.join(run_dir, "config.json")
     if os.path.isdir(run_dir) and _run_files(run_dir):
         marker = _recognised_run(run_dir)
