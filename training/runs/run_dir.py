@@ -244,13 +244,14 @@ def _is_run_entry(name):
     return name.removesuffix(".partial") in RUN_ENTRIES
 
 
-def _read_marker(run_dir):
-    """The run's `run.json`, checked (a newer layout is refused); None without one."""
+def _read_marker(run_dir, remedy="choose another --run-dir"):
+    """The run's `run.json`, checked (a newer layout is refused, saying to
+    upgrade or `remedy`); None without one."""
     path = os.path.join(run_dir, MARKER)
     if not os.path.isfile(path):
         return None
     record = read_json(path, f"run_dir={run_dir!r}")
-    check_format(record, "run", path, "choose another --run-dir")
+    check_format(record, "run", path, remedy)
     return record
 
 
@@ -603,7 +604,7 @@ def load_run(run_dir):
             f"No trained model in run_dir={run_dir!r} (missing model.keras); "
             "has the run finished?"
         )
-    marker = _read_marker(run_dir)
+    marker = _read_marker(run_dir, "train the run again with this one")
     if marker is None and not os.path.isfile(os.path.join(run_dir, "config.json")):
         raise FileNotFoundError(
             f"{what} is not a run directory (no {MARKER}, no config.json); pass the "
