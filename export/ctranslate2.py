@@ -70,6 +70,7 @@ from keras_transformer.models.transformer_config import (
     UNK_ID,
 )
 from training.data.atomic import atomic_directory, check_target
+from training.data.manifest import check_written, write_manifest, written_as
 from training.monitor.evaluation import Translator
 from training.runs.predict import answer_in_batches
 from training.serving.inputs import text_input, token_ids
@@ -379,10 +380,10 @@ def export_ctranslate2(model, task_or_tokenizer, output_dir, quantization="float
     import_ctranslate2()
     check_representable(model, tokenizer)
     output_dir = os.path.abspath(os.fspath(output_dir))
-    check_target(output_dir, overwrite)
+    check_target(output_dir, overwrite, REPLACEABLE)
     spec = build_spec(model, tokenizer)
     converter = _converter(spec)
-    with atomic_directory(output_dir, overwrite) as staging:
+    with atomic_directory(output_dir, overwrite, REPLACEABLE) as staging:
         # `convert` validates the spec, aliases the shared embedding tables,
         # quantizes and saves (it recreates `staging`, hence force=True).
         converter.convert(staging, quantization=quantization, force=True)
@@ -390,7 +391,19 @@ def export_ctranslate2(model, task_or_tokenizer, output_dir, quantization="float
         with open(os.path.join(staging, SETTINGS_FILE), "w", encoding="utf-8") as f:
             json.dump(_settings(model, quantization), f, indent=2, sort_keys=True)
             f.write("\n")
+        write_manifest(staging, "ctranslate2")  # last: it records the files above
     return output_dir
+
+
+def is_ctranslate2_export(path):
+    """Whether `path` is a CTranslate2 export of this package (its manifest
+    says so, or, written before exports carried one, it holds `model.bin`
+    and `SETTINGS_FILE`): all `overwrite` replaces."""
+    return written_as(path, "ctranslate2", ("model.bin", SETTINGS_FILE))
+
+
+#: What `export_ctranslate2(overwrite=True)` may replace (`training.data.atomic.check_target`).
+REPLACEABLE = ("a CTranslate2 export of keras-transformer", is_ctranslate2_export)
 
 
 def _settings(model, quantization):
@@ -482,6 +495,9 @@ class CTranslate2Translator:
     def __init__(self, model_dir, device="cpu", compute_type="default", **translator_options):
         ct2 = import_ctranslate2()
         self.model_dir = os.path.abspath(os.fspath(model_dir))
+        check_written(self.model_dir, "ctranslate2", f"model_dir={self.model_dir!r}",
+                      "export the run again (python -m export ctranslate2)",
+                      ("model.bin", SETTINGS_FILE))
         self.settings = read_settings(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.vocabulary = list(self.tokenizer.vocabulary)

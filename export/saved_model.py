@@ -8,7 +8,13 @@ assets/config.json             the resolved run configuration
 assets/vocab.txt               the word-piece vocabulary (token inputs)
 assets/tokenizer.json          the tokenizer options (token inputs)
 assets/labels.txt              one class name a line (classifiers)
+manifest.json                  the format version and every file's size and SHA-256
 ```
+
+`manifest.json` (`training.data.manifest`) is written inside the staged
+directory before it is renamed into place; `predict --saved-model` checks it
+before it loads anything (`check_saved_model_export`).  `overwrite` replaces
+a SavedModel export and nothing else (`is_saved_model_export`).
 
 `training.text.tokenizers.load_tokenizer(os.path.join(export_dir, "assets"))`
 rebuilds the tokenizer from the assets alone.
@@ -21,8 +27,20 @@ import tempfile
 import tensorflow as tf
 
 from export.quantize import EXPORT_ASSET, check_saved_model_quantize, int8_tables
-from training.data.atomic import atomic_directory
+from training.data.atomic import atomic_directory, check_target
+from training.data.manifest import SAVED_MODEL_FILES, write_manifest, written_as
 from training.tasks.base import serving_of
+
+
+def is_saved_model_export(path):
+    """Whether `path` is a SavedModel export of this package (its manifest
+    says so, or, written before exports carried one, it holds
+    `saved_model.pb` and `assets/config.json`): all `overwrite` replaces."""
+    return written_as(path, "saved_model", SAVED_MODEL_FILES)
+
+
+#: What `export_saved_model(overwrite=True)` may replace (`training.data.atomic.check_target`).
+REPLACEABLE = ("a SavedModel export of keras-transformer", is_saved_model_export)
 
 
 def build_serving_module(model, task):
@@ -82,8 +100,9 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
     classifier signature returns `probabilities` float32 `(B, K)` and
     `labels` tf.string `(B,)`.
 
-    The export is written into a temporary directory beside `export_dir` and
-    renamed into place when complete; on any error nothing is left behind.
+    The export is written into a temporary directory beside `export_dir`,
+    with its `manifest.json`, fsynced and renamed into place when complete;
+    on any error nothing is left behind.
 
     Args:
         model: The trained Keras model (its optimizer is not exported).
@@ -92,7 +111,8 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
         task: A `training.tasks.Task` with the run's tokenizer (written to
             the assets; None for numeric and image input) and class names
             (written to labels.txt): `run.task` of a loaded run.
-        overwrite: Replace an existing `export_dir`.
+        overwrite: Replace an existing `export_dir` that is a SavedModel
+            export (`is_saved_model_export`); any other folder is refused.
         quantize: "none", or "int8" for a classifier: its embedding tables
             stored in int8 with a float32 scale per row, the rest float32
             (`export.quantize.int8_tables`; about a quarter of the tables'
@@ -102,11 +122,13 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
         The absolute path of the export.
 
     Raises:
-        FileExistsError: If `export_dir` exists and `overwrite` is False.
+        FileExistsError: If `export_dir` exists and `overwrite` is False,
+            or it is not a SavedModel export.
         TypeError: If `task` is not a `Task`.
         ValueError: On a model that does not fit the task, or a config that
             is not JSON-serialisable.
     """
+    check_target(export_dir, overwrite, REPLACEABLE)  # before any work
     try:
         config = json.loads(json.dumps(config))
     except TypeError as error:
@@ -121,7 +143,7 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
     tokenizer = serving.tokenizer
     export_dir = os.path.abspath(os.fspath(export_dir))
     with (
-        atomic_directory(export_dir, overwrite) as staging,
+        atomic_directory(export_dir, overwrite, REPLACEABLE) as staging,
         tempfile.TemporaryDirectory() as assets,
     ):
         asset_paths = _write_assets(assets, config, tokenizer, label_names)
@@ -132,4 +154,5 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
             name: tf.saved_model.Asset(path) for name, path in asset_paths.items()
         }
         tf.saved_model.save(module, staging, signatures=module.signatures())
+        write_manifest(staging, "saved_model")
     return export_dir

@@ -10,6 +10,20 @@ from training.serving.tflite_programs import check_quantize
 from training.tasks.base import serving_of
 
 
+def is_tflite_file(path):
+    """Whether `path` is a TFLite flatbuffer (identifier `TFL3` at byte 4):
+    all `overwrite` replaces."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)[4:] == b"TFL3"
+    except OSError:
+        return False
+
+
+#: What `export_tflite(overwrite=True)` may replace (`training.data.atomic.check_target`).
+REPLACEABLE = ("a .tflite model (a TFLite flatbuffer)", is_tflite_file)
+
+
 def export_tflite(
     model,
     output_path,
@@ -30,7 +44,8 @@ def export_tflite(
             run, or `get_task("translation" | "classification" |
             "timeseries" | "image")`).
         quantize: "none", "float16" or "int8".
-        overwrite: Replace an existing file.
+        overwrite: Replace an existing `.tflite` model (`is_tflite_file`);
+            any other file is refused.
         sequence_length: Static source / input length S; the model's
             `max_sequence_length` if None. Must be None for "image".
         batch_size: Static batch size.
@@ -47,6 +62,6 @@ def export_tflite(
     serving = serving_of(task)
     serving.check_model(model)
     check_quantize(quantize)
-    check_target(output_path, overwrite)
+    check_target(output_path, overwrite, REPLACEABLE)
     data = serving.tflite_model(model, quantize, sequence_length, batch_size)
-    return atomic_write_bytes(output_path, data, overwrite)
+    return atomic_write_bytes(output_path, data, overwrite, REPLACEABLE)

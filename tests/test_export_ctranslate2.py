@@ -131,7 +131,7 @@ def test_trained_translator_round_trip(translator_run):
     tokenizer = run.task.tokenizer
     assert sorted(os.listdir(path)) == sorted([
         "config.json", "model.bin", "shared_vocabulary.json", "tokenizer.json", "vocab.txt",
-        SETTINGS_FILE,
+        SETTINGS_FILE, "manifest.json",
     ])  # fmt: skip
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         config = json.load(f)

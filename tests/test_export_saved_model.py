@@ -34,6 +34,7 @@ from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
+from training.data.manifest import check_saved_model_export
 from training.serving.inputs import PROBES
 from training.tasks import get_task
 from training.text.detokenize import detokenize_punctuation
@@ -208,11 +209,25 @@ def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
     expected = reference_outputs(numeric_classifier, get_task("timeseries"), series)
     assert got["probabilities"].shape == (3, 1)
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
+    # Its manifest, written inside before the rename, records every file.
+    files = check_saved_model_export(target)["files"]
+    assert {"saved_model.pb", "assets/config.json"} <= set(files)
+    assert files["saved_model.pb"]["size"] == os.path.getsize(target / "saved_model.pb")
+    # --overwrite replaces an export, never a folder of someone's files.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="is not a SavedModel export"):
+        export_saved_model(numeric_classifier, config, tmp_path / "notes",
+                           get_task("timeseries"), overwrite=True)
+    assert os.listdir(tmp_path / "notes") == ["todo.txt"]
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
 
 
 def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monkeypatch):
-    (tmp_path / "series").mkdir()
-    (tmp_path / "series" / "old.txt").write_text("previous export")
+    # An export written before exports carried a manifest: --overwrite replaces it.
+    (tmp_path / "series" / "assets").mkdir(parents=True)
+    (tmp_path / "series" / "saved_model.pb").write_text("previous export")
+    (tmp_path / "series" / "assets" / "config.json").write_text("{}")
 
     def save_half_then_fail(module, directory, signatures=None):
         with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
@@ -230,7 +245,8 @@ def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monke
                 overwrite=overwrite,
             )
     assert sorted(os.listdir(tmp_path)) == ["series"]
-    assert os.listdir(tmp_path / "series") == ["old.txt"]
+    assert sorted(os.listdir(tmp_path / "series")) == ["assets", "saved_model.pb"]
+    assert (tmp_path / "series" / "saved_model.pb").read_text() == "previous export"
 
 
 def test_bad_arguments_are_rejected_before_writing(numeric_classifier, tmp_path):

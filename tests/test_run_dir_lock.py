@@ -87,8 +87,12 @@ def test_lock_file_is_not_run_content_and_survives_overwrite(tmp_path):
         assert prepare_run_dir(run_dir, config) is False  # a new run, not "not a run dir"
         (run_dir / "checkpoints" / "old.txt").write_text("old")
         assert prepare_run_dir(run_dir, config.replace(epochs=3), overwrite=True) is False
-        assert sorted(os.listdir(run_dir)) == [LOCK_NAME, "checkpoints", "config.json"]
+        assert sorted(os.listdir(run_dir)) == [LOCK_NAME, "checkpoints", "config.json",
+                                               "run.json"]
         assert not (run_dir / "checkpoints" / "old.txt").exists()
+        # The replaced run waits beside it until the new one has a checkpoint.
+        assert (tmp_path / ".run.replaced" / "checkpoints" / "old.txt").read_text() == "old"
+        assert not (tmp_path / ".run.replaced" / LOCK_NAME).exists()
         with pytest.raises(RunDirInUseError):  # still held after the overwrite
             RunDirLock(run_dir).acquire()
 

@@ -61,6 +61,10 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
     # choice is in model.keras and metrics.json.
     leftover = sorted(os.listdir(run_dir / "checkpoints"))
     assert leftover == ["scores.json"], leftover
+    # It says what it is, and records its files last.
+    assert json.loads((run_dir / "run.json").read_text())["format"] == "keras-transformer run"
+    files = json.loads((run_dir / "manifest.json").read_text())["files"]
+    assert {"config.json", "vocab/vocab.txt", "model.keras", "metrics.json"} <= set(files)
     assert (
         TrainingConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
         == config
@@ -94,6 +98,11 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path):
         == run.model.get_layer("shared_embedding").vocabulary_size
     )
     np.testing.assert_allclose(run.model(inputs), run.model(inputs))
+    # --overwrite: the new run replaces it, and the old one, set aside, is
+    # gone once the new one has checkpointed.
+    train(config.replace(epochs=1), run_dir, overwrite=True, verbose=0)
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == 1
 
 
 @pytest.mark.slow

@@ -64,9 +64,9 @@ from training.recipe import budget
 from training.runs import selection
 from training.runs.resume import ResumableCheckpoint
 from training.runs.run_dir import (
-    RunDirLock,
-    compact_finished_run,
-    prepare_run_dir,
+    claim_run_dir,
+    drop_replaced_run,
+    finish_run,
     write_json_atomically,
 )
 from training.tasks import get_task
@@ -166,12 +166,14 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
 def _run_directory(run_dir, config, overwrite, role):
     """Yields whether the run resumes.  The chief locks the directory (one
     process per run directory; multi-worker workers share it) and prepares
-    it; another worker only reads whether it holds a checkpoint to restore."""
+    it, giving it back as it was if the run fails before its first
+    checkpoint (`claim_run_dir`); another worker only reads whether it
+    holds a checkpoint to restore."""
     if not role.is_chief:
         yield os.path.isfile(os.path.join(run_dir, "checkpoints", "resume", "LATEST"))
         return
-    with RunDirLock(run_dir):
-        yield prepare_run_dir(run_dir, config, overwrite)
+    with claim_run_dir(run_dir, config, overwrite) as resumed:
+        yield resumed
 
 
 @contextlib.contextmanager
@@ -412,6 +414,8 @@ def _build_session(config, run, planner):
     checkpoint = ResumableCheckpoint(
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
         is_chief=run.role.is_chief,
+        # The run an --overwrite replaced goes once this one has a checkpoint.
+        on_saved=lambda: drop_replaced_run(run.run_dir),
     )
     with run.strategy.scope():  # a distributed optimizer builds its slots in its scope
         checkpoint.restore(model)
@@ -560,12 +564,13 @@ def _select_and_evaluate(session, run, planner):
 
 def _save(session, run, metrics, watch):
     """model.keras, metrics.json (with the phases' seconds) and the final
-    events; then the run drops its checkpoints (`compact_finished_run`)."""
+    events; then the run drops its checkpoints and records its files
+    (`finish_run`)."""
     selection.save_final_model(session.model, os.path.join(run.run_dir, "model.keras"))
     metrics.update(watch.report())
     write_json_atomically(os.path.join(run.run_dir, "metrics.json"), metrics)
     write_final_metrics(run.logs_dir, session.config, metrics, int(session.checkpoint.step))
-    compact_finished_run(run.run_dir)
+    finish_run(run.run_dir)
 
 
 def _stream_from(stream, step):

@@ -21,6 +21,13 @@ truncating or editing its head or tail changes the fingerprint.  An edit in
 the middle that keeps the size is not seen; that would take reading the
 whole corpus each run.
 
+The manifest opens with the package's format record
+(`training.data.manifest.format_record`: `"format": "keras-transformer
+prepared corpus"`, `format_version`, `package_version`); a corpus of a
+newer format is refused in one line, one prepared before the record was
+added (`format_version` 1 alone) is read as it is.  `--overwrite` replaces a
+prepared corpus (a folder holding `prepared.json`) and nothing else.
+
 A run with `prepared_dir` (`open_prepared`) checks the manifest against
 its own files and settings, and its tokenizer against `tokenizer_sha256`,
 and refuses a mismatch with one line naming what differs.  The folder is
@@ -39,12 +46,24 @@ import tempfile
 import tensorflow as tf
 
 from keras_transformer.models.transformer_config import END_ID, START_ID
+from training.data import manifest as formats
 from training.data.atomic import atomic_directory
 from training.data.shards import StreamedCorpus
 from training.pipeline import datasets, streaming
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = formats.FORMAT_VERSION
 MANIFEST = "prepared.json"
+#: What the format record calls a prepared corpus.
+KIND = "prepared corpus"
+
+
+def is_prepared_corpus(path):
+    """Whether `path` is a folder `write_prepared` wrote (it holds `prepared.json`)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+#: What `write_prepared(overwrite=True)` may replace (`training.data.atomic.check_target`).
+REPLACEABLE = ("a prepared corpus (a folder holding prepared.json)", is_prepared_corpus)
 #: Bytes of a file's head and of its tail that its fingerprint hashes.
 FINGERPRINT_BYTES = 1 << 20
 
@@ -125,7 +144,7 @@ def write_prepared(target, records, manifest, tokenizer, num_shards, overwrite=F
     (`training.data.atomic.atomic_directory`).  Returns the manifest."""
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"--shards must be a positive integer; received {num_shards!r}.")
-    with atomic_directory(target, overwrite) as folder:
+    with atomic_directory(target, overwrite, REPLACEABLE) as folder:
         names = [shard_name(i, num_shards) for i in range(num_shards)]
         counts, lengths = {"examples": 0}, {}
         per_shard = [0] * num_shards
@@ -142,7 +161,7 @@ def write_prepared(target, records, manifest, tokenizer, num_shards, overwrite=F
             for writer in writers:
                 writer.close()
         tokenizer.save(os.path.join(folder, "vocab"))
-        manifest = dict(manifest, format_version=FORMAT_VERSION, counts=counts,
+        manifest = dict(formats.format_record(KIND), **manifest, counts=counts,
                         lengths={str(n): lengths[n] for n in sorted(lengths)}, shards=[
             {"file": n, "examples": c, "bytes": os.path.getsize(os.path.join(folder, n))}
             for n, c in zip(names, per_shard, strict=True)
@@ -212,6 +231,10 @@ def read_manifest(directory):
             manifest = json.load(f)
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{path!r} is not a valid manifest: {error}.") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path!r} is not a valid manifest (a JSON object); prepare it again.")
+    if "format" in manifest:  # older corpora carry format_version 1 alone
+        formats.check_format(manifest, KIND, path, "prepare the corpus again with this one")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path!r} has format_version={manifest.get('format_version')!r}; "
                          f"this version reads {FORMAT_VERSION}: prepare it again.")

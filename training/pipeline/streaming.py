@@ -43,6 +43,7 @@ import re
 
 import tensorflow as tf
 
+from training.data.atomic import atomic_write_json
 from training.pipeline.datasets import (
     classification_batcher,
     classification_tokenize,
@@ -385,10 +386,7 @@ class PassLengths:
     def _save(self):
         if self.path is None or not self.write:
             return
-        partial = self.path + ".partial"
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump({"batches_per_pass": self.counts}, f)
-        os.replace(partial, self.path)
+        atomic_write_json(self.path, {"batches_per_pass": self.counts}, indent=None)
 
     def start(self, step):
         """(the pass batch `step` lies in, its index in that pass), as far as

@@ -22,6 +22,8 @@ import json
 import math
 import os
 
+from training.data.atomic import atomic_write_json
+
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
@@ -204,11 +206,9 @@ def _names(cls):
 
 
 def write_plan(plan, path):
-    """Writes `plan.json` at `path` atomically (a kill leaves the old file)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(plan.to_json(), f, indent=2)
-    os.replace(tmp, path)
+    """Writes `plan.json` at `path` whole or not at all (a kill or a power
+    cut leaves the old file)."""
+    atomic_write_json(path, plan.to_json())
 
 
 def read_plan(path, evaluation_type=EvaluationPlan):

@@ -30,6 +30,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
 from training.data import series_files
+from training.data.manifest import check_saved_model_export
 from training.data.readers import read_lines
 from training.tasks import get_task
 
@@ -105,6 +106,7 @@ class SavedModelPredictor:
 
     def __init__(self, export_dir, task=None):
         self.export_dir = os.fspath(export_dir)
+        check_saved_model_export(self.export_dir)  # its manifest, before anything is read
         self.serving = get_task(task or _exported_task(self.export_dir)).serving()
         self.loaded = tf.saved_model.load(self.export_dir)
 

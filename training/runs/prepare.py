@@ -23,7 +23,8 @@ def prepare_corpus(config, output, num_shards=8, overwrite=False):
             are ignored (the corpus is always read as a stream).
         output: The folder to write (written whole or not at all).
         num_shards: TFRecord files to spread the examples over.
-        overwrite: Replace an existing `output`.
+        overwrite: Replace an existing `output` that is a prepared corpus;
+            any other file or folder is refused.
 
     Returns:
         The manifest written (`prepared.json`).
@@ -38,6 +39,11 @@ def prepare_corpus(config, output, num_shards=8, overwrite=False):
     if os.path.lexists(output) and not overwrite:
         raise FileExistsError(f"--output {os.fspath(output)!r} already exists; pass "
                               "--overwrite to replace it.")
+    if os.path.lexists(output) and not prepared.is_prepared_corpus(output):
+        raise FileExistsError(
+            f"--output {os.fspath(output)!r} exists and is not a prepared corpus (no "
+            f"{prepared.MANIFEST}); --overwrite replaces only that, and nothing was changed: "
+            "choose another --output.")
     config = config.replace(in_memory_limit_mb=0, prepared_dir="")
     with tempfile.TemporaryDirectory() as scratch:
         data = task.load_data(config, scratch)

@@ -4,9 +4,11 @@ Keras' `BackupAndRestore` overwrites one weights file in place (a kill
 during the write corrupts it) and restarts an interrupted epoch from its
 first batch.  `ResumableCheckpoint` instead writes each checkpoint into a
 fresh folder `step-<n>/` (weights with the optimizer state, the dropout
-seed-generator states, and the step), then atomically swaps the `LATEST`
-pointer file with `os.replace`.  A kill at any instant leaves either the old
-or the new checkpoint complete.  On restart `restore` returns the global step,
+seed-generator states, and the step), fsyncs its files and renames it into
+place, then atomically swaps the `LATEST` pointer file (a temporary,
+fsynced, renamed, its folder fsynced); the previous folder is removed only
+after that.  A kill, or a power cut, at any instant leaves either the old or
+the new checkpoint complete, and `LATEST` naming a complete one.  On restart `restore` returns the global step,
 and the trainer skips exactly that many batches of the (deterministic) data
 stream, so an interrupted run ends with the weights of an uninterrupted one.
 """
@@ -19,16 +21,9 @@ import time
 import keras
 import numpy as np
 
+from training.data.atomic import atomic_write_text, fsync_directory, fsync_tree
+
 POINTER = "LATEST"
-
-
-def _atomic_write_text(path, text):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _seed_states(model):
@@ -49,14 +44,17 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             kill at any instant still leaves one whole checkpoint; each
             folder holds the optimizer's state, three times the weights.
         is_chief: only the chief writes (multi-worker training).
+        on_saved: called with no argument after each checkpoint is in
+            place (`LATEST` names it), or None.
     """
 
-    def __init__(self, directory, every_steps, keep=1, is_chief=True):
+    def __init__(self, directory, every_steps, keep=1, is_chief=True, on_saved=None):
         super().__init__()
         self.directory = os.fspath(directory)
         self.every_steps = int(every_steps)
         self.keep = int(keep)
         self.is_chief = is_chief
+        self.on_saved = on_saved
         self.step = 0
         self.save_seconds = []  # how long each save took (a time budget plans them)
 
@@ -139,10 +137,14 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         seeds = {f"{i:04d}|{p.replace('/', '|')}": np.asarray(v)
                  for i, (p, v) in enumerate(_seed_states(self.model))}
         np.savez(os.path.join(tmp, "seeds.npz"), **seeds)
-        _atomic_write_text(os.path.join(tmp, "state.json"), json.dumps({"step": self.step}))
+        atomic_write_text(os.path.join(tmp, "state.json"), json.dumps({"step": self.step}))
+        fsync_tree(tmp)  # every file on disk before the folder gets its name
         os.replace(tmp, folder)
-        _atomic_write_text(os.path.join(self.directory, POINTER), name)
+        fsync_directory(self.directory)
+        atomic_write_text(os.path.join(self.directory, POINTER), name)
         self._prune(name)
+        if self.on_saved is not None:
+            self.on_saved()
 
     def _prune(self, current):
         folders = sorted(

@@ -16,6 +16,7 @@ import os
 
 import keras
 
+from training.data.atomic import atomic_path, atomic_write_json
 from training.runs.checkpoint_average import average_checkpoints, save_model_weights
 
 SCORES = "scores.json"
@@ -38,10 +39,7 @@ def read_scores(run_dir):
 
 def _write_scores(run_dir, scores):
     path = os.path.join(run_dir, "checkpoints", SCORES)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({str(k): v for k, v in sorted(scores.items())}, f, indent=1)
-    os.replace(tmp, path)
+    atomic_write_json(path, {str(k): v for k, v in sorted(scores.items())}, indent=1)
 
 
 def best_epochs(scores, k):
@@ -164,4 +162,5 @@ def save_final_model(model, path):
     """
     copy = type(model).from_config(model.get_config())
     copy.set_weights(model.get_weights())
-    copy.save(path)
+    with atomic_path(path) as staged:  # whole or not at all
+        copy.save(staged)

@@ -30,6 +30,7 @@ Who calls what:
 import json
 import os
 
+from training.data.atomic import atomic_write_json
 from training.recipe import budget
 from training.recipe.plan import EvaluationPlan, FinalEvaluation
 from training.serving.task_serving import Serving
@@ -136,8 +137,7 @@ class Task:
         """
         self.label_names = None if data.label_names is None else list(data.label_names)
         if write and self.label_names is not None:
-            with open(os.path.join(run_dir, "labels.json"), "w", encoding="utf-8") as f:
-                json.dump(self.label_names, f)
+            atomic_write_json(os.path.join(run_dir, "labels.json"), self.label_names, None)
 
     def load_assets(self, run_dir):
         """Reads what `prepare` wrote: `vocab/` and `labels.json`, when present."""

@@ -22,6 +22,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from training.data.atomic import atomic_write_text
 from training.data.readers import read_lines
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
@@ -367,21 +368,24 @@ class WordPieceTokenizer(tf.Module):
         """
         return self._tokenizer.detokenize(_text_ids(ids, self.vocabulary_size))
 
-    def save(self, directory):
-        """Writes `vocab.txt` (one token a line) and `tokenizer.json`."""
+    def save(self, directory, settings=None):
+        """Writes `tokenizer.json`, then `vocab.txt` (one token a line).
+
+        Each file is written whole or not at all
+        (`training.data.atomic.atomic_write_text`), `vocab.txt` last: a
+        run treats a `vocab/` with `vocab.txt` as saved.  `settings`: more
+        entries for `tokenizer.json` (`CharNGramTokenizer`'s).
+        """
         os.makedirs(directory, exist_ok=True)
-        with open(
-            os.path.join(directory, "vocab.txt"), "w", encoding="utf-8", newline="\n"
-        ) as f:
-            f.writelines(token + "\n" for token in self.vocabulary)
         config = {
             "lower_case": self.lower_case,
             "max_bytes_per_word": self.max_bytes_per_word,
+            **(settings or {}),
         }
-        with open(
-            os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8"
-        ) as f:
-            json.dump(config, f, indent=2)
+        atomic_write_text(os.path.join(directory, "tokenizer.json"),
+                          json.dumps(config, indent=2))
+        atomic_write_text(os.path.join(directory, "vocab.txt"),
+                          "".join(token + "\n" for token in self.vocabulary))
 
     @classmethod
     def load(cls, directory):
@@ -523,15 +527,11 @@ class CharNGramTokenizer(tf.Module):
 
     def save(self, directory):
         """The base's files, with these settings in `tokenizer.json` (`load_tokenizer`)."""
-        self.base.save(directory)
-        config = _tokenizer_json(directory)
-        config["char_ngrams"] = {
+        self.base.save(directory, settings={"char_ngrams": {
             "char_ngram_buckets": self.char_ngram_buckets,
             "char_ngrams_per_word": self.char_ngrams_per_word,
             "widths": list(self.widths),
-        }
-        with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
+        }})
 
 def word_ids(ids):
     """The token ids of a numpy `(N, S)` array, or the token column (a view)
