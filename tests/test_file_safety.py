@@ -210,6 +210,25 @@ def test_a_new_run_that_fails_its_data_checks_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path / "empty") == []
 
 
+def test_a_run_killed_while_writing_its_first_file_starts_afresh(tmp_path):
+    """A kill inside the first write leaves an empty checkpoints/ and a
+    temporary: the same command starts the run; a user's file beside them
+    still makes the folder someone else's."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / ".config.json.tmp-abc123").write_text('{"task": "transl')
+    config = load_config("tiny", FAST)
+    assert prepare_run_dir(run_dir, config) is False
+    assert sorted(os.listdir(run_dir)) == ["checkpoints", "config.json", "run.json"]
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / ".config.json.tmp-abc123").write_text("{")
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a run directory"):
+        prepare_run_dir(other, config)
+    assert sorted(os.listdir(other)) == [".config.json.tmp-abc123", "checkpoints", "notes.txt"]
+
+
 def test_a_replacement_killed_before_its_checkpoint_keeps_the_old_run_aside(finished_run):
     """As a SIGKILL leaves it: the old run aside, the new one unstarted."""
     before = _hashes(finished_run)

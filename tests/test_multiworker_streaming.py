@@ -277,8 +277,10 @@ def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path):
-    """SIGKILL worker 1 after the chief's first checkpoint; the cluster then
+@pytest.mark.parametrize("killed", [0, 1], ids=["chief", "worker"])
+def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path, killed):
+    """SIGKILL the chief (worker 0, the one that writes the run directory)
+    or worker 1 after the chief's first checkpoint; the cluster then
     restarts (the survivor's collectives cannot take a new peer, so it is
     stopped too, as a cluster manager does), and the restarted workers
     resume from that checkpoint and finish the run."""
@@ -292,12 +294,13 @@ def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path):
                 break
             time.sleep(0.05)
         assert all(p.poll() is None for p in processes), "a worker ended before the kill"
-        processes[1].send_signal(signal.SIGKILL)
-        processes[1].wait()
+        processes[killed].send_signal(signal.SIGKILL)
+        processes[killed].wait()
+        survivor = processes[1 - killed]
         try:  # the survivor fails or waits on its dead peer
-            processes[0].wait(timeout=5)
+            survivor.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            processes[0].kill()
+            survivor.kill()
     finally:
         for process in processes:
             if process.poll() is None:

@@ -269,13 +269,27 @@ def _is_older_run(run_dir):
     return True
 
 
+def _is_unstarted_run(run_dir):
+    """Whether `run_dir` holds only what a run killed while writing its first
+    file leaves: an empty `checkpoints/` folder and temporaries of a run's files."""
+    for name in _run_files(run_dir):
+        path = os.path.join(run_dir, name)
+        if ".tmp-" in name and _is_run_entry(name) and os.path.isfile(path):
+            continue
+        if name == "checkpoints" and os.path.isdir(path) and not os.listdir(path):
+            continue
+        return False
+    return True
+
+
 def _recognised_run(run_dir):
-    """`run_dir`'s marker ({} for an older run without one), or
-    FileExistsError when the folder is not a run: nothing is touched."""
+    """`run_dir`'s marker ({} for an older run without one, or a run killed
+    before its first file was whole), or FileExistsError when the folder is
+    not a run: nothing is touched."""
     marker = _read_marker(run_dir)
     if marker is not None:
         return marker
-    if _is_older_run(run_dir):
+    if _is_older_run(run_dir) or _is_unstarted_run(run_dir):
         return {}
     raise FileExistsError(
         f"run_dir={run_dir!r} exists and is not a run directory (no {MARKER}); "
