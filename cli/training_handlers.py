@@ -11,6 +11,7 @@ import sys
 from cli.main_job import run_main_job
 from export.ctranslate2 import CTranslate2Translator
 from training.config import load_config
+from training.data.common import check_data_files
 from training.runs.predict import SavedModelPredictor, read_inputs
 from training.runs.prepare import prepare_corpus
 from training.runs.run_dir import load_run
@@ -31,6 +32,7 @@ def run(args, started_at):
         return evaluate(args)
     overrides = ([f"task={args.task}"] if args.task else []) + args.set
     config = load_config(args.config, overrides)
+    check_data_files(config)  # before a run directory or an output is written
     if args.command == "prepare":
         return prepare(args, config)
     if args.command == "train":

@@ -104,7 +104,9 @@ def test_train_help_with_task_lists_that_task_fields(capsys):
 
 @pytest.mark.parametrize("preset", available_presets())
 def test_presets_load_and_validate_with_their_task_options(preset):
-    extra = ['train_files=["x.txt"]'] if read_preset(preset).get("dataset") == "files" else []
+    values = read_preset(preset)
+    files = '["x.src", "x.tgt"]' if values.get("task") == "translation" else '["x.txt"]'
+    extra = [f"train_files={files}"] if values.get("dataset") == "files" else []
     config = load_config(preset, extra)
     assert isinstance(config.task_options, OPTIONS[config.task])
     assert set(config.to_dict()) == (
@@ -314,7 +316,7 @@ def test_a_bare_path_for_a_files_field_is_one_file():
                                                   'valid_files=["v.tsv"]'])
     assert config.train_files == ("data/x.tsv",)
     assert config.valid_files == ("v.tsv",)
-    assert TrainingConfig(dataset="files", train_files=("a", "b")).replace(
+    assert TrainingConfig(task="classification", dataset="files", train_files=("a", "b")).replace(
         test_files="t.tsv").test_files == ("t.tsv",)
 
 

@@ -40,6 +40,10 @@ SELECTIONS = ("auto", "last", "average_last", "average_best")
 DATA_FIELDS = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                "patch_length", "patch_stride", "ensemble_size")
 DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
+# The fields that name data files, and the datasets that read them ("ucr":
+# the series task's files, or its generated series without them).
+FILE_FIELDS = ("train_files", "valid_files", "test_files")
+FILE_DATASETS = ("files", "ucr")
 # The allowed values of every enumerated field (validate() and --help).
 CHOICES = {
     "task": TASKS, "dataset": DATASETS, "strategy": STRATEGIES,
@@ -283,6 +287,12 @@ class TrainingConfig:
             raise ValueError(f"`label_smoothing` must be in [0, 1); received {self.label_smoothing!r}.")
         if self.dataset == "files" and not self.train_files:
             raise ValueError("dataset='files' needs `train_files`; received train_files=().")
+        for name in FILE_FIELDS:
+            if getattr(self, name) and self.dataset not in FILE_DATASETS:
+                raise ValueError(
+                    f"`{name}` is read with dataset={FILE_DATASETS[0]!r} only; received "
+                    f"{name}={getattr(self, name)!r} with dataset={self.dataset!r}."
+                )
         # Last: the task's own checks import its module (and TensorFlow).
         from training.tasks import get_task
 
@@ -292,6 +302,13 @@ class TrainingConfig:
                 raise ValueError(
                     f"`{name}` must be a positive integer; received {name}=None "
                     f"(task={self.task!r} does not derive it from the data)."
+                )
+        for name, counts in getattr(task, "file_counts", {}).items():
+            paths = getattr(self, name)
+            if paths and len(paths) not in counts:
+                raise ValueError(
+                    f"`{name}` must hold {' or '.join(map(str, counts))} path(s) for "
+                    f"task={self.task!r}; received {name}={paths!r} ({len(paths)} paths)."
                 )
         self.task_options.validate(from_data=task.data_fields)
         task.check_config(self)
@@ -528,7 +545,7 @@ def read_preset(name_or_path, _seen=()):
         raise ValueError(f"Config presets extend each other in a cycle: {chain}.")
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"Config file {str(path)!r} is not JSON: {error}.") from None
     if not isinstance(values, dict):
         raise ValueError(f"Config file {str(path)!r} must hold one JSON object of fields; "

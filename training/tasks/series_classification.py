@@ -121,6 +121,9 @@ class SeriesClassification(Task):
 
     name = "timeseries"
     datasets = ("ucr", "files")
+    #: Paths each files field holds where it is given (`TrainingConfig.validate`):
+    #: one file each (series of several files are not joined).
+    file_counts = {"train_files": (1,), "valid_files": (1,), "test_files": (1,)}
     model_class = classifiers.MODEL_CLASSES
     options = SeriesOptions
     data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
