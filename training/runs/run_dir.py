@@ -27,14 +27,17 @@ import json
 import os
 import shutil
 import socket
+import zipfile
 
 import keras
 
 import keras_transformer  # noqa: F401  (registers the serializable classes)
 import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
 from training.config import TrainingConfig
+from training.data.readers import read_json
 from training.runs.predict import predict_run
 from training.tasks import get_task
+from training.text.tokenizers import check_vocabulary_size
 
 #: The lock file of a run directory, kept by `prepare_run_dir --overwrite`.
 LOCK_NAME = ".lock"
@@ -282,12 +285,26 @@ def load_run(run_dir):
             f"No trained model in run_dir={run_dir!r} (missing model.keras); "
             "has the run finished?"
         )
-    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
-        config = json.load(f)
+    config = read_json(os.path.join(run_dir, "config.json"))
     task = get_task(config["task"]).load_assets(run_dir)
     metrics = {}
     if os.path.isfile(os.path.join(run_dir, "metrics.json")):
-        with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
-            metrics = json.load(f)
-    model = keras.saving.load_model(model_path)
+        metrics = read_json(os.path.join(run_dir, "metrics.json"))
+    model = _load_model(model_path)
+    vocabulary_size = getattr(model, "vocabulary_size", None) or getattr(
+        getattr(model, "config", None), "vocabulary_size", None)  # a classifier's, a translator's
+    check_vocabulary_size(task.tokenizer, vocabulary_size, os.path.join(run_dir, "vocab"))
     return Run(run_dir, task, config, model, metrics)
+
+
+def _load_model(path):
+    """`keras.saving.load_model(path)`; a file cut short is a ValueError naming it
+    (Keras says "File not found" of a file that is there but no zip archive)."""
+    damaged = (f"{path!r} is not a whole .keras file (a zip archive): it was cut short or "
+               "damaged while it was written")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{damaged}.")
+    try:
+        return keras.saving.load_model(path)
+    except zipfile.BadZipFile as error:
+        raise ValueError(f"{damaged} ({error}).") from None
