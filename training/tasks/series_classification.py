@@ -102,7 +102,7 @@ def series_stem(config, m, x, index=0):
 class SeriesClassification(Task):
     """Series `(T, F)` -> class, in tokens of `patch_length` steps (PatchTST).
 
-    Data: `train_files[0]` and `test_files[0]` in the format their suffix
+    Data: `train_files[0]` and `test_files[0]` (one file each) in the format their suffix
     names (`read_series_file`: `.ts` and `.csv` of several channels, else
     UCR: label, then the values), of unequal lengths and with missing
     values where the files have them (NaN, `read_series_file`),
