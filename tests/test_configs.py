@@ -145,6 +145,13 @@ def test_a_wrong_type_in_a_config_file_names_the_file(tmp_path):
     ("model_preset=huge", "`model_preset` must be one of ['base', 'big'"),
     ("encoding=utf8x", "`encoding` must be a text encoding Python knows"),
     ("encoding=base64", "received encoding='base64'"),
+    ("seed=-1", "`seed` must be in [0, 2**32); received seed=-1"),
+    ("toy_train_size=0", "`toy_train_size` must be a positive integer"),
+    ("vocabulary_size=4", "`vocabulary_size` must be at least 5; received vocabulary_size=4"),
+    ("max_sequence_length=1", "`max_sequence_length` must be at least 2"),
+    ("keep_epoch_checkpoints=-1", "`keep_epoch_checkpoints` must be >= 0"),
+    ("model.vocabulary_size=5", "`model.vocabulary_size` is set by the run from the vocabulary"),
+    ("model.max_sequence_length=2", "is set by the run from the config's `max_sequence_length`"),
 ])
 def test_a_bad_value_is_refused_before_any_work(override, message):
     with pytest.raises(ValueError) as error:

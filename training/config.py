@@ -49,6 +49,11 @@ CHOICES = {
     "task": TASKS, "dataset": DATASETS, "strategy": STRATEGIES,
     "precision": PRECISIONS, "schedule": SCHEDULES, "selection": SELECTIONS,
 }
+# Model fields a run sets itself, and from what (an override would be ignored).
+RUN_MODEL_FIELDS = {
+    "vocabulary_size": "the vocabulary it learns (at most `vocabulary_size` tokens)",
+    "max_sequence_length": "the config's `max_sequence_length`",
+}
 # Fields that are gone: {name: (the value an older run's config.json holds,
 # what to use instead)}.  That value is dropped; any other is refused.
 REMOVED_FIELDS = {
@@ -237,12 +242,23 @@ class TrainingConfig:
             raise ValueError("prepared_dir is read with dataset='files' only; received "
                              f"dataset={self.dataset!r}.")
         for name in ("vocabulary_size", "vocabulary_sample_lines", "max_sequence_length",
-                     "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps"):
+                     "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps",
+                     "toy_train_size", "toy_eval_size"):
             value = getattr(self, name)
             if value is None and name in DATA_FIELDS:
                 from_data.append(name)
             elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+        # The least of each: the reserved tokens and one more; a start and an end.
+        for name, least in (("vocabulary_size", 5), ("max_sequence_length", 2)):
+            if getattr(self, name) is not None and getattr(self, name) < least:
+                raise ValueError(f"`{name}` must be at least {least}; received "
+                                 f"{name}={getattr(self, name)!r}.")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"`seed` must be in [0, 2**32); received seed={self.seed!r}.")
+        if self.keep_epoch_checkpoints < 0:
+            raise ValueError("`keep_epoch_checkpoints` must be >= 0; received "
+                             f"keep_epoch_checkpoints={self.keep_epoch_checkpoints!r}.")
         if self.warmup_steps is not None and (
             not isinstance(self.warmup_steps, int) or self.warmup_steps <= 0
         ):
@@ -419,6 +435,9 @@ def _check_model_fields(preset, overrides, sources):
         if name not in annotations:
             raise ValueError(f"Unknown model field {name!r}{where}; the model fields are "
                              f"{sorted(annotations)}.")
+        if name in RUN_MODEL_FIELDS:
+            raise ValueError(f"`model.{name}` is set by the run from {RUN_MODEL_FIELDS[name]}; "
+                             f"received model.{name}={value!r}{where}.")
         if not _type_matches(value, annotations[name]):
             raise ValueError(f"`model.{name}` must be {type_description(annotations[name])}; "
                              f"received model.{name}={value!r}{where}.")
