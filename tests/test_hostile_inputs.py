@@ -154,7 +154,7 @@ CASES = [
      "cut.tsv.gz"),
     ("config-holds-a-json-array", [*T, "--config", "{user}/list.json"], "list.json"),
     ("predict-without-vocab", ["predict", "--run-dir", "{broken}/no-vocab", "forty two"],
-     "vocab.txt"),
+     "vocab/"),
     ("saved-model-variables-cut-short",
      ["predict", "--saved-model", "{broken}/variables-cut-short", "forty two"], "variables"),
     ("predict-empty-input", [*PREDICT, "--input", "{user}/empty.txt"], "empty.txt"),
