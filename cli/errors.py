@@ -8,7 +8,10 @@ whose message names the argument and the value.  The command lines of
 with 2, the status argparse uses for a bad command line; `--debug` lets the
 exception through with its traceback.  A missing optional package (a
 `setup.py` extra such as ctranslate2) is reported the same way: its
-`ModuleNotFoundError` names the install command.
+`ModuleNotFoundError` names the install command.  The message is printed on
+one line, whatever line breaks it holds.  Ctrl-C prints `interrupted` and
+exits with 130 (a run resumes from its last checkpoint when its command is
+repeated).
 """
 
 import argparse
@@ -20,6 +23,8 @@ USER_ERRORS = (ValueError, OSError)
 OPTIONAL_MODULES = ("ctranslate2",)
 #: Exit status of a command that was refused.
 USAGE_ERROR = 2
+#: Exit status of a command stopped with Ctrl-C (128 + SIGINT, as a shell's).
+INTERRUPTED = 130
 
 
 def add_debug_flag(parser, subparsers=()):
@@ -56,10 +61,22 @@ def run_reporting_errors(command, debug=False):
     except USER_ERRORS as error:
         if debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
     except ImportError as error:
         if debug or error.name not in OPTIONAL_MODULES:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def one_line(error):
+    """The message of `error` on one line (a message that spans lines, as
+    some of TensorFlow's do, joined); its type's name when it has none."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " ".join(lines) or type(error).__name__

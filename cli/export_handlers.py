@@ -15,6 +15,7 @@ from export.ctranslate2 import (
 from export.saved_model import export_saved_model
 from export.tflite import export_tflite
 from export.verify import verify_run_exports
+from training.runs.predict import check_saved_model
 from training.runs.run_dir import load_run
 
 
@@ -29,6 +30,10 @@ def saved_model(args):
 
 def tflite(args):
     """Writes the run's `.tflite` file and prints its path."""
+    for flag, value in (("--sequence-length", args.sequence_length),
+                        ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be a positive integer; received {flag} {value}.")
     run = load_run(args.run_dir)
     path = export_tflite(
         run.model, args.output, run.task, quantize=args.quantize, overwrite=args.overwrite,
@@ -40,6 +45,7 @@ def tflite(args):
 
 def verify(args):
     """Prints the verification report as JSON; 1 when an export disagrees."""
+    check_saved_model(args.saved_model)  # a file cut short, named before other processes read it
     report = verify_run_exports(load_run(args.run_dir), args.saved_model, args.tflite)
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0 if report["ok"] else 1

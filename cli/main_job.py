@@ -15,6 +15,7 @@ import reprlib
 import shutil
 
 from export.saved_model import export_saved_model
+from training.data.readers import read_json
 from training.runs.predict import SavedModelPredictor
 from training.runs.run_dir import load_run
 from training.train import train
@@ -33,8 +34,7 @@ def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
     metrics_path = os.path.join(run_dir, "metrics.json")
     if os.path.isfile(metrics_path) and not overwrite:
         print(f"{run_dir} already holds a finished run; reusing it (--overwrite to retrain).")
-        with open(metrics_path, encoding="utf-8") as f:
-            metrics = json.load(f)
+        metrics = read_json(metrics_path)
     else:
         metrics = train(config, run_dir, overwrite=overwrite, verbose=verbose)
     print("\n== Evaluation ==")

@@ -6,11 +6,13 @@ at the top.
 """
 
 import json
+import os
 import sys
 
 from cli.main_job import run_main_job
 from export.ctranslate2 import CTranslate2Translator
 from training.config import load_config
+from training.data.common import check_data_files
 from training.runs.predict import SavedModelPredictor, read_inputs
 from training.runs.prepare import prepare_corpus
 from training.runs.run_dir import load_run
@@ -31,6 +33,7 @@ def run(args, started_at):
         return evaluate(args)
     overrides = ([f"task={args.task}"] if args.task else []) + args.set
     config = load_config(args.config, overrides)
+    check_data_files(config)  # before a run directory or an output is written
     if args.command == "prepare":
         return prepare(args, config)
     if args.command == "train":
@@ -58,6 +61,8 @@ def train_run(args, config, started_at):
     if not args.run_dir:
         print("error: --run-dir is required", file=sys.stderr)
         return 2
+    if os.path.exists(args.run_dir) and not os.path.isdir(args.run_dir):
+        raise NotADirectoryError(f"--run-dir {args.run_dir!r} is a file, not a directory.")
     metrics = train(config, args.run_dir, overwrite=args.overwrite,
                     verbose=args.verbose, started_at=started_at)
     print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2,
@@ -67,7 +72,16 @@ def train_run(args, config, started_at):
 
 def predict(args):
     """Prints one answer line per input, from a run, a SavedModel or a CTranslate2 export."""
+    for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise ValueError(f"{flag} must be a positive integer; received {flag} {value}.")
     inputs = read_inputs(args.inputs, args.input)
+    if not inputs:
+        source = "standard input" if args.input in (None, "-") else f"--input {args.input!r}"
+        raise ValueError(
+            f"No inputs to answer: {source} holds no lines. Give the inputs as arguments, "
+            "one a line of --input FILE, or on standard input."
+        )
     if args.length_penalty is not None and not args.ctranslate2:
         raise ValueError(
             "--length-penalty is CTranslate2's (--ctranslate2); a run decodes with its "

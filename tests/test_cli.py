@@ -104,7 +104,9 @@ def test_train_help_with_task_lists_that_task_fields(capsys):
 
 @pytest.mark.parametrize("preset", available_presets())
 def test_presets_load_and_validate_with_their_task_options(preset):
-    extra = ['train_files=["x.txt"]'] if read_preset(preset).get("dataset") == "files" else []
+    values = read_preset(preset)
+    files = '["x.src", "x.tgt"]' if values.get("task") == "translation" else '["x.txt"]'
+    extra = [f"train_files={files}"] if values.get("dataset") == "files" else []
     config = load_config(preset, extra)
     assert isinstance(config.task_options, OPTIONS[config.task])
     assert set(config.to_dict()) == (
@@ -275,6 +277,26 @@ def test_evaluate_without_a_run_is_one_error_line(capsys, tmp_path):
     _refused(capsys, ["evaluate", "--run-dir", str(tmp_path / "none")], "model.keras")
 
 
+def test_an_error_is_printed_on_one_line_and_ctrl_c_is_no_traceback(capsys):
+    from cli.errors import run_reporting_errors
+
+    def fails(error):
+        def command():
+            raise error
+        return command
+
+    assert run_reporting_errors(fails(ValueError("first line\n  second line\n"))) == 2
+    assert capsys.readouterr().err == "error: first line second line\n"
+    assert run_reporting_errors(fails(OSError())) == 2
+    assert capsys.readouterr().err == "error: OSError\n"
+    assert run_reporting_errors(fails(KeyboardInterrupt())) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    with pytest.raises(KeyboardInterrupt):
+        run_reporting_errors(fails(KeyboardInterrupt()), debug=True)
+    with pytest.raises(TypeError):  # a bug is no user error: its traceback shows
+        run_reporting_errors(fails(TypeError("a bug")))
+
+
 def test_debug_lets_the_exception_through(tmp_path):
     with pytest.raises(ValueError, match="epochs=0"):
         training_commands.main(_train(tmp_path, "epochs=0") + ["--debug"])
@@ -314,7 +336,7 @@ def test_a_bare_path_for_a_files_field_is_one_file():
                                                   'valid_files=["v.tsv"]'])
     assert config.train_files == ("data/x.tsv",)
     assert config.valid_files == ("v.tsv",)
-    assert TrainingConfig(dataset="files", train_files=("a", "b")).replace(
+    assert TrainingConfig(task="classification", dataset="files", train_files=("a", "b")).replace(
         test_files="t.tsv").test_files == ("t.tsv",)
 
 

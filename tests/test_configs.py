@@ -89,3 +89,81 @@ def test_the_renamed_series_preset_names_its_new_name():
         load_config("series_classification")
     assert load_config("timeseries").series_stem == "random_kernels"
     assert load_config("timeseries").train_files == ()  # generated series without files
+
+
+# --- types --------------------------------------------------------------------
+
+#: A preset of each task, whose fields the type checks below set.
+TASK_PRESETS = {"translation": "tiny", "classification": "trec", "timeseries": "timeseries"}
+
+
+def _wrong_value(annotation):
+    """A JSON value that is not of the field type `annotation` (a string is
+    a list of one path for the files fields)."""
+    if annotation is str:
+        return "[1]"
+    return "5" if "tuple" in str(annotation) else '"abc"'
+
+
+def _typed_fields():
+    from training.config import field_types
+
+    for task, preset in TASK_PRESETS.items():
+        for name, annotation in field_types(task).items():
+            if name != "task":  # `task` chooses the fields; tested below
+                yield pytest.param(preset, name, annotation, id=f"{task}-{name}")
+
+
+@pytest.mark.parametrize("preset, name, annotation", _typed_fields())
+def test_every_field_is_type_checked_naming_field_value_and_source(preset, name, annotation):
+    raw = _wrong_value(annotation)
+    with pytest.raises(ValueError) as error:
+        load_config(preset, [f"{name}={raw}"])
+    message = str(error.value)
+    assert message.startswith(f"`{name}` must be "), message
+    assert f"(from --set {name}={raw})" in message
+
+
+def test_a_wrong_type_in_a_config_file_names_the_file(tmp_path):
+    path = _write(tmp_path, "mine", {"extends": "tiny", "label_smoothing": "abc"})
+    with pytest.raises(ValueError, match=r"^`label_smoothing` must be a finite number; received "
+                                         rf"label_smoothing='abc' \(from {path}\).$"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("epochs=1.5", "`epochs` must be an integer or null; received epochs=1.5"),
+    ("seed=true", "`seed` must be an integer; received seed=True"),
+    ("lower_case=1", "`lower_case` must be true or false; received lower_case=1"),
+    ("learning_rate=NaN", "`learning_rate` must be a finite number or null"),
+    ("train_files=[1]", "`train_files` must be a list of strings; received train_files=(1,)"),
+    ("task=[1]", "`task` must be one of ['translation', 'classification', 'timeseries']"),
+    ("model_overrides=3", "`model_overrides` must be an object; received model_overrides=3"),
+    ("model.hidden_dim=abc", "`model.hidden_dim` must be an integer; received "
+                             "model.hidden_dim='abc' (from --set model.hidden_dim=abc)"),
+    ("model.no_such=1", "Unknown model field 'no_such' (from --set model.no_such=1)"),
+    ("model_preset=huge", "`model_preset` must be one of ['base', 'big'"),
+    ("encoding=utf8x", "`encoding` must be a text encoding Python knows"),
+    ("encoding=base64", "received encoding='base64'"),
+    ("seed=-1", "`seed` must be in [0, 2**32); received seed=-1"),
+    ("toy_train_size=0", "`toy_train_size` must be a positive integer"),
+    ("vocabulary_size=4", "`vocabulary_size` must be at least 5; received vocabulary_size=4"),
+    ("max_sequence_length=1", "`max_sequence_length` must be at least 2"),
+    ("keep_epoch_checkpoints=-1", "`keep_epoch_checkpoints` must be >= 0"),
+    ("model.vocabulary_size=5", "`model.vocabulary_size` is set by the run from the vocabulary"),
+    ("model.max_sequence_length=2", "is set by the run from the config's `max_sequence_length`"),
+])
+def test_a_bad_value_is_refused_before_any_work(override, message):
+    with pytest.raises(ValueError) as error:
+        load_config("tiny", [override])
+    assert message in str(error.value)
+
+
+def test_numbers_where_they_fit_and_paths_as_strings_pass(tmp_path):
+    config = load_config("tiny", ["label_smoothing=0", "learning_rate=1", "model.dropout=0",
+                                  "encoding=latin-1"])
+    assert (config.label_smoothing, config.learning_rate, config.encoding) == (0, 1, "latin-1")
+    from training.config import TrainingConfig
+
+    files = TrainingConfig(dataset="files", train_files=[tmp_path / "a", str(tmp_path / "b")])
+    assert files.train_files == (str(tmp_path / "a"), str(tmp_path / "b"))

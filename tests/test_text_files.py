@@ -152,3 +152,86 @@ def test_real_classification_and_parallel_files(shared_data):
     multi30k = shared_data / "multi30k"
     english, german = read_parallel(multi30k / "val.en.gz", multi30k / "val.de.gz")
     assert len(english) == len(german) == 1014
+
+
+# --- files cut short, directories, several files ------------------------------
+
+
+def _cut_gzip(path, lines=2000):
+    """A gzip file of `lines` labelled lines, cut in the middle (a copy that stopped)."""
+    data = gzip.compress("".join(f"pos\tgood film {i}\n" for i in range(lines)).encode())
+    return _write(path, data[: len(data) // 2])
+
+
+def test_a_gzip_file_cut_short_is_refused_naming_it(tmp_path):
+    cut = _cut_gzip(tmp_path / "cut.tsv.gz")
+    with pytest.raises(ValueError, match=r"cut.tsv.gz' is not a whole gzip file \(Compressed "
+                                         r"file ended before the end-of-stream marker"):
+        read_lines(cut)
+    from training.data import shards
+
+    with pytest.raises(ValueError, match="cut.tsv.gz' is not a whole gzip file"):
+        shards.read_heads([[str(cut)]], 10_000)
+
+
+def test_a_directory_given_as_a_file_is_named_as_a_directory(tmp_path):
+    with pytest.raises(IsADirectoryError, match=rf"path='{tmp_path}' is a directory, not a file"):
+        read_lines(tmp_path)
+
+
+def test_data_files_are_checked_whole_before_any_is_read(tmp_path):
+    from training.config import TrainingConfig
+    from training.data.common import check_data_files
+
+    good = _write(tmp_path / "good.tsv.gz", gzip.compress(b"pos\tfine\nneg\tbad\n"))
+    plain = _write(tmp_path / "plain.tsv", b"pos\tfine\n")
+    damaged = bytearray(good.read_bytes())
+    damaged[-8] ^= 0xFF  # the CRC of the text
+    cases = {
+        str(_cut_gzip(tmp_path / "cut.tsv.gz")): (ValueError, "cut.tsv.gz' is not a whole gzip"),
+        str(_write(tmp_path / "crc.gz", bytes(damaged))): (ValueError, "crc.gz' is not a whole"),
+        str(tmp_path): (IsADirectoryError, f"train_files[0]='{tmp_path}' is a directory"),
+        str(tmp_path / "gone.tsv"): (FileNotFoundError, "train_files[0]='"),
+        str(tmp_path / "*.none"): (FileNotFoundError, "*.none' matches no file"),
+    }
+    for path, (error, message) in cases.items():
+        config = TrainingConfig(task="classification", dataset="files", train_files=(path,))
+        with pytest.raises(error) as raised:
+            check_data_files(config)
+        assert message in str(raised.value)
+    check_data_files(TrainingConfig(task="classification", dataset="files",
+                                    train_files=(str(good), str(tmp_path / "*.tsv")),
+                                    test_files=(str(plain),)))
+
+
+@pytest.mark.parametrize("values, message", [
+    (dict(task="timeseries", dataset="files", train_files=("a.txt", "b.txt")),
+     "`train_files` must hold 1 path(s) for task='timeseries'"),
+    (dict(task="classification", dataset="files", train_files=("a",), test_files=("t", "u")),
+     "`test_files` must hold 1 path(s) for task='classification'"),
+    (dict(task="translation", dataset="files", train_files=("a.src", "a.tgt", "b.src")),
+     "`train_files` must hold 2 path(s) for task='translation'"),
+    (dict(task="translation", dataset="toy", train_files=("a.src", "a.tgt")),
+     "`train_files` is read with dataset='files' only; received train_files=('a.src', "
+     "'a.tgt') with dataset='toy'"),
+])
+def test_files_a_task_would_not_read_are_refused(values, message):
+    from training.config import TrainingConfig
+
+    with pytest.raises(ValueError) as raised:
+        TrainingConfig(**values).validate()
+    assert message in str(raised.value)
+
+
+def test_text_classification_reads_every_training_file(tmp_path):
+    from training.config import load_config
+    from training.tasks import get_task
+
+    first = _write(tmp_path / "a.tsv", "".join(f"pos\tgood {i}\n" for i in range(30)).encode())
+    second = _write(tmp_path / "b.tsv.gz", gzip.compress(
+        "".join(f"mid\tso so {i}\n" for i in range(20)).encode()))
+    config = load_config("text_classification", [f'train_files=["{first}", "{second}"]'])
+    data = get_task("classification").load_data(config, tmp_path)
+    assert data.label_names == ["mid", "pos"]
+    texts = set(data.train[0]) | set(data.valid[0])  # a small corpus validates on itself
+    assert texts == {f"good {i}" for i in range(30)} | {f"so so {i}" for i in range(20)}

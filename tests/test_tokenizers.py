@@ -115,6 +115,31 @@ def test_save_and_load_round_trip(tokenizer, tmp_path):
         WordPieceTokenizer.load(tmp_path / "missing")
 
 
+def test_a_vocabulary_cut_short_is_refused_naming_the_file(tokenizer, tmp_path):
+    from training.text.tokenizers import check_vocabulary_size, load_tokenizer
+
+    tokenizer.save(tmp_path / "tok")
+    vocab = tmp_path / "tok" / "vocab.txt"
+    data = vocab.read_bytes()
+    cut_at = data.rindex(b"\n", 0, len(data) // 2) + 2  # one character into a token
+    vocab.write_bytes(data[:cut_at])
+    with pytest.raises(ValueError, match=r"vocab.txt' ends inside token \d+ .*cut short"):
+        load_tokenizer(tmp_path / "tok")
+    vocab.write_bytes(data[: cut_at - 1])  # at a line break: only the model's size tells
+    shorter = load_tokenizer(tmp_path / "tok")
+    check_vocabulary_size(shorter, shorter.vocabulary_size, tmp_path / "tok")
+    with pytest.raises(ValueError, match=rf"vocab.txt' holds {shorter.vocabulary_size} tokens "
+                                         rf"where the model was trained on {len(data.split())}"):
+        check_vocabulary_size(shorter, len(data.split()), tmp_path / "tok")
+    with pytest.raises(FileNotFoundError, match=r"vocab.txt' is missing"):
+        check_vocabulary_size(None, 300, tmp_path / "gone")
+    vocab.write_bytes(data)
+    settings = tmp_path / "tok" / "tokenizer.json"
+    settings.write_text(settings.read_text()[:10])
+    with pytest.raises(ValueError, match=r"tokenizer.json' is not whole JSON"):
+        load_tokenizer(tmp_path / "tok")
+
+
 def test_vocabulary_must_start_with_reserved_tokens():
     with pytest.raises(ValueError, match=r"must start with .*\[PAD\]"):
         WordPieceTokenizer(["[UNK]", "[PAD]", "[START]", "[END]", "a"])

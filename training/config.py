@@ -9,11 +9,15 @@ overrides any field of the config's task from the command line.  The
 resolved config is written, flat, as `config.json` in the run directory.
 """
 
+import codecs
 import copy
 import dataclasses
 import json
+import math
 import os
 import pathlib
+import types
+import typing
 
 from training.tasks import options as task_options_module
 from training.tasks.options import (
@@ -36,10 +40,19 @@ SELECTIONS = ("auto", "last", "average_last", "average_best")
 DATA_FIELDS = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                "patch_length", "patch_stride", "ensemble_size")
 DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
+# The fields that name data files, and the datasets that read them ("ucr":
+# the series task's files, or its generated series without them).
+FILE_FIELDS = ("train_files", "valid_files", "test_files")
+FILE_DATASETS = ("files", "ucr")
 # The allowed values of every enumerated field (validate() and --help).
 CHOICES = {
     "task": TASKS, "dataset": DATASETS, "strategy": STRATEGIES,
     "precision": PRECISIONS, "schedule": SCHEDULES, "selection": SELECTIONS,
+}
+# Model fields a run sets itself, and from what (an override would be ignored).
+RUN_MODEL_FIELDS = {
+    "vocabulary_size": "the vocabulary it learns (at most `vocabulary_size` tokens)",
+    "max_sequence_length": "the config's `max_sequence_length`",
 }
 # Fields that are gone: {name: (the value an older run's config.json holds,
 # what to use instead)}.  That value is dropped; any other is refused.
@@ -67,11 +80,11 @@ class TrainingConfig:
     # The folder of the named corpora; a relative path is taken from the repository root.
     data_dir: str = "../shared/data"
     # The training files of dataset "files"; one path is one file.
-    train_files: tuple = ()
+    train_files: tuple[str, ...] = ()
     # The validation files of dataset "files"; without them a part of the training data validates.
-    valid_files: tuple = ()
+    valid_files: tuple[str, ...] = ()
     # The test files of dataset "files".
-    test_files: tuple = ()
+    test_files: tuple[str, ...] = ()
     # The text encoding of the input files.
     encoding: str = "utf-8"
     # Training files larger than this many megabytes in all are streamed from disk instead of read into memory (0: always stream).
@@ -140,6 +153,7 @@ class TrainingConfig:
     task_options: TaskOptions = None
 
     def __init__(self, **values):
+        values = _as_tuples(values)
         task = values.get("task", "translation")
         _drop_removed_fields(values)
         options = _split_options(task, values)
@@ -182,17 +196,16 @@ class TrainingConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, values):
-        """A validated config of flat `values` (a `config.json`, a preset)."""
-        values = dict(values)
-        for key in ("train_files", "valid_files", "test_files"):
-            if isinstance(values.get(key), (str, os.PathLike)):
-                # One path (`--set train_files=data.tsv`) is one file, not its characters.
-                values[key] = (os.fspath(values[key]),)
-            elif key in values:
-                values[key] = tuple(values[key])
-        if isinstance(values.get("ngram_widths"), (list, tuple)):
-            values["ngram_widths"] = tuple(values["ngram_widths"])
+    def from_dict(cls, values, sources=None):
+        """A validated config of flat `values` (a `config.json`, a preset).
+
+        Args:
+            values: {field: value}, flat.
+            sources: {field: where it was given} (a file, `--set ...`), named
+                by the error of a value of the wrong type.
+        """
+        values = _as_tuples(values)
+        check_types(values, sources)
         config = cls(**values)
         config.validate()
         return config
@@ -202,8 +215,18 @@ class TrainingConfig:
 
     def validate(self):
         """Raise ValueError naming the field and the value, before any work."""
+        check_types(self.to_dict())
         for name, choices in CHOICES.items():
             _choice(name, getattr(self, name), choices)
+        try:
+            text_encoding = codecs.lookup(self.encoding)._is_text_encoding
+        except LookupError:
+            text_encoding = False
+        if not text_encoding:
+            raise ValueError(
+                "`encoding` must be a text encoding Python knows (utf-8, latin-1, cp1252, "
+                f"...); received encoding={self.encoding!r}."
+            )
         from_data = []  # null sizes: only a task that fills them from its data takes them
         if isinstance(self.in_memory_limit_mb, bool) or not (
             isinstance(self.in_memory_limit_mb, (int, float)) and self.in_memory_limit_mb >= 0
@@ -219,12 +242,23 @@ class TrainingConfig:
             raise ValueError("prepared_dir is read with dataset='files' only; received "
                              f"dataset={self.dataset!r}.")
         for name in ("vocabulary_size", "vocabulary_sample_lines", "max_sequence_length",
-                     "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps"):
+                     "batch_size", "epochs", "checkpoint_every_steps", "log_every_steps",
+                     "toy_train_size", "toy_eval_size"):
             value = getattr(self, name)
             if value is None and name in DATA_FIELDS:
                 from_data.append(name)
             elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer; received {name}={value!r}.")
+        # The least of each: the reserved tokens and one more; a start and an end.
+        for name, least in (("vocabulary_size", 5), ("max_sequence_length", 2)):
+            if getattr(self, name) is not None and getattr(self, name) < least:
+                raise ValueError(f"`{name}` must be at least {least}; received "
+                                 f"{name}={getattr(self, name)!r}.")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"`seed` must be in [0, 2**32); received seed={self.seed!r}.")
+        if self.keep_epoch_checkpoints < 0:
+            raise ValueError("`keep_epoch_checkpoints` must be >= 0; received "
+                             f"keep_epoch_checkpoints={self.keep_epoch_checkpoints!r}.")
         if self.warmup_steps is not None and (
             not isinstance(self.warmup_steps, int) or self.warmup_steps <= 0
         ):
@@ -269,6 +303,12 @@ class TrainingConfig:
             raise ValueError(f"`label_smoothing` must be in [0, 1); received {self.label_smoothing!r}.")
         if self.dataset == "files" and not self.train_files:
             raise ValueError("dataset='files' needs `train_files`; received train_files=().")
+        for name in FILE_FIELDS:
+            if getattr(self, name) and self.dataset not in FILE_DATASETS:
+                raise ValueError(
+                    f"`{name}` is read with dataset={FILE_DATASETS[0]!r} only; received "
+                    f"{name}={getattr(self, name)!r} with dataset={self.dataset!r}."
+                )
         # Last: the task's own checks import its module (and TensorFlow).
         from training.tasks import get_task
 
@@ -279,8 +319,128 @@ class TrainingConfig:
                     f"`{name}` must be a positive integer; received {name}=None "
                     f"(task={self.task!r} does not derive it from the data)."
                 )
+        for name, counts in getattr(task, "file_counts", {}).items():
+            paths = getattr(self, name)
+            if paths and len(paths) not in counts:
+                raise ValueError(
+                    f"`{name}` must hold {' or '.join(map(str, counts))} path(s) for "
+                    f"task={self.task!r}; received {name}={paths!r} ({len(paths)} paths)."
+                )
         self.task_options.validate(from_data=task.data_fields)
         task.check_config(self)
+
+
+def _as_tuples(values):
+    """`values` with the list fields as tuples, and a path as a tuple of one."""
+    values = dict(values)
+    for key in ("train_files", "valid_files", "test_files"):
+        if isinstance(values.get(key), (str, os.PathLike)):
+            # One path (`--set train_files=data.tsv`) is one file, not its characters.
+            values[key] = (os.fspath(values[key]),)
+        elif isinstance(values.get(key), (list, tuple)):
+            values[key] = tuple(
+                os.fspath(p) if isinstance(p, os.PathLike) else p for p in values[key]
+            )
+    if isinstance(values.get("ngram_widths"), (list, tuple)):
+        values["ngram_widths"] = tuple(values["ngram_widths"])
+    return values
+
+
+def _type_matches(value, annotation):
+    """Whether `value`, as JSON gives it, is of the field type `annotation`.
+
+    An int is a float too; a bool is neither (JSON's true is no number); a
+    float must be finite; a list is a tuple.  An annotation this does not
+    know (the task's options object) matches anything.
+    """
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return any(_type_matches(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+    if annotation in (str, dict):
+        return isinstance(value, annotation)
+    if annotation is tuple or origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        element = typing.get_args(annotation)[:1]  # tuple[X, ...]: each one an X
+        return all(_type_matches(v, element[0]) for v in value) if element else True
+    return True
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a finite number",
+               str: "a string", dict: "an object", tuple: "a list", type(None): "null"}
+
+
+def type_description(annotation):
+    """What a value of field type `annotation` is, in words: "an integer or null"."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(type_description(a) for a in typing.get_args(annotation))
+    if origin is tuple:
+        element = type_description(typing.get_args(annotation)[0])
+        return "a list of " + element.replace("an ", "", 1).replace("a ", "", 1) + "s"
+    return _TYPE_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def field_types(task):
+    """{field: annotation} of the common fields and of `task`'s options."""
+    annotations = {f.name: f.type for f in dataclasses.fields(TrainingConfig)
+                   if f.name != "task_options"}
+    annotations.update({f.name: f.type for f in dataclasses.fields(options_class(task))})
+    return annotations
+
+
+def check_types(values, sources=None):
+    """Raises ValueError for a value of flat `values` whose type is not its field's.
+
+    The fields are those of the common config and of `values["task"]`'s
+    options; other keys are left to the other checks.  The message names
+    the field, the value, the type expected and, where `sources` says so,
+    where the value was given (a config file, `--set ...`).
+    """
+    sources = sources or {}
+    annotations = field_types(values.get("task", "translation"))
+    for name, value in values.items():
+        annotation = annotations.get(name)
+        if annotation is None or _type_matches(value, annotation):
+            continue
+        where = f" (from {sources[name]})" if name in sources else ""
+        raise ValueError(f"`{name}` must be {type_description(annotation)}; received "
+                         f"{name}={value!r}{where}.")
+    _check_model_fields(values.get("model_preset", "tiny"), values.get("model_overrides", {}),
+                        sources)
+
+
+def _check_model_fields(preset, overrides, sources):
+    """Raises ValueError for a model preset that does not exist, or a model
+    field of `overrides` that the model has not or of the wrong type."""
+    from keras_transformer.models import PRESETS, TransformerConfig
+
+    if preset not in PRESETS:
+        where = f" (from {sources['model_preset']})" if "model_preset" in sources else ""
+        raise ValueError(f"`model_preset` must be one of {sorted(PRESETS)}; received "
+                         f"model_preset={preset!r}{where}.")
+    annotations = {f.name: f.type for f in dataclasses.fields(TransformerConfig)}
+    for name, value in overrides.items():
+        source = sources.get(f"model.{name}", sources.get("model_overrides"))
+        where = f" (from {source})" if source else ""
+        if name not in annotations:
+            raise ValueError(f"Unknown model field {name!r}{where}; the model fields are "
+                             f"{sorted(annotations)}.")
+        if name in RUN_MODEL_FIELDS:
+            raise ValueError(f"`model.{name}` is set by the run from {RUN_MODEL_FIELDS[name]}; "
+                             f"received model.{name}={value!r}{where}.")
+        if not _type_matches(value, annotations[name]):
+            raise ValueError(f"`model.{name}` must be {type_description(annotations[name])}; "
+                             f"received model.{name}={value!r}{where}.")
 
 
 def _choice(name, value, choices):
@@ -404,7 +564,7 @@ def read_preset(name_or_path, _seen=()):
         raise ValueError(f"Config presets extend each other in a cycle: {chain}.")
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"Config file {str(path)!r} is not JSON: {error}.") from None
     if not isinstance(values, dict):
         raise ValueError(f"Config file {str(path)!r} must hold one JSON object of fields; "
@@ -433,9 +593,11 @@ def read_preset(name_or_path, _seen=()):
 def load_config(name_or_path="toy", overrides=()):
     """A preset name or JSON path, plus `key=value` overrides (JSON values)."""
     path = _preset_path(name_or_path)
+    # Errors name a preset by its name and a file of the user's by its path.
+    origin = path.name if path.resolve().parent == CONFIG_DIR.resolve() else os.fspath(path)
     values = read_preset(path)
     values.pop("_comment", None)
-    check_task_keys(values, dict.fromkeys(values, path.name))
+    check_task_keys(values, dict.fromkeys(values, origin))
     preset_task = values.get("task", "translation")
     sources = {}
     for item in overrides:
@@ -446,14 +608,23 @@ def load_config(name_or_path="toy", overrides=()):
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw  # a bare string such as strategy=mirrored
+        sources[key] = f"--set {item}"
         if key.startswith("model."):
-            values.setdefault("model_overrides", {})[key[len("model."):]] = value
+            model_overrides = values.setdefault("model_overrides", {})
+            if not isinstance(model_overrides, dict):
+                raise ValueError(f"`model_overrides` must be an object of model fields; "
+                                 f"received model_overrides={model_overrides!r} with {item!r}.")
+            model_overrides[key[len("model."):]] = value
             continue
         values[key] = value
-        sources[key] = f"--set {item}"
     task = values.get("task", "translation")
+    if not isinstance(task, str):
+        raise ValueError(f"`task` must be one of {list(TASKS)}; received task={task!r} "
+                         f"(from {sources.get('task', origin)}).")
     if task != preset_task:  # the preset's own task fields go with its task
         keep = _common_names() | set(option_names(options_class(task))) | set(sources)
         values = {k: v for k, v in values.items() if k in keep or k not in option_defaults()}
-    check_task_keys(values, {k: sources.get(k, path.name) for k in values})
-    return TrainingConfig.from_dict(values)
+    where = {k: sources.get(k, origin) for k in values}
+    check_task_keys(values, where)
+    model_sources = {k: v for k, v in sources.items() if k.startswith("model.")}
+    return TrainingConfig.from_dict(values, sources={**where, **model_sources})

@@ -12,13 +12,53 @@ and would silently change the line count.
 """
 
 import gzip
+import json
 import os
 import re
+import zlib
 
 import numpy as np
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UCR_SEPARATOR = re.compile(r"[,\t ]+")
+#: What reading a gzip file that is cut short or damaged raises.
+GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def damaged_gzip(path, error):
+    """The ValueError of gzip file `path` that ends early or is damaged (`error`)."""
+    return ValueError(
+        f"path={os.fspath(path)!r} is not a whole gzip file ({error}); it was probably cut "
+        "short while it was copied or written: copy it again."
+    )
+
+
+def no_file(path, what="path"):
+    """The error of `path`, which is no file: IsADirectoryError or FileNotFoundError."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return IsADirectoryError(f"{what}={path!r} is a directory, not a file.")
+    return FileNotFoundError(f"{what}={path!r} does not exist.")
+
+
+def read_json(path):
+    """The JSON value in file `path`; errors name the file (and the line).
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: `path` is no file.
+        ValueError: The file is not whole JSON in UTF-8 (one cut short
+            while it was written ends in the middle of a value).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise no_file(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(
+            f"path={path!r} is not whole JSON ({error}); it was cut short or damaged."
+        ) from None
 
 
 def read_lines(path, encoding="utf-8"):
@@ -39,18 +79,21 @@ def read_lines(path, encoding="utf-8"):
 
     Raises:
         FileNotFoundError: If `path` does not exist.
-        ValueError: If the bytes are not valid in `encoding`; the message
-            names the file and the 1-based line number.
+        IsADirectoryError: If `path` is a directory.
+        ValueError: If the bytes are not valid in `encoding` (the message
+            names the file and the 1-based line number), or a gzip file ends
+            early or is damaged.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"read_lines: path={path!r} does not exist or is not a file."
-        )
+        raise no_file(path, "read_lines: path")
     with open(path, "rb") as f:
         data = f.read()
     if data.startswith(_GZIP_MAGIC):
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except GZIP_ERRORS as error:
+            raise damaged_gzip(path, error) from None
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as error:

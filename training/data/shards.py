@@ -22,6 +22,8 @@ import math
 import os
 import random
 
+from training.data.readers import GZIP_ERRORS, damaged_gzip, no_file
+
 _GZIP_MAGIC = b"\x1f\x8b"
 #: The sample draws from at most this many times `sample_lines` lines read.
 READ_FACTOR = 2
@@ -115,17 +117,34 @@ def text_size(path):
     return recorded if recorded >= size else 3 * size
 
 
+def _column_files(patterns, what):
+    """The paths of one column: of a pattern, or of a list of patterns in turn."""
+    if isinstance(patterns, (list, tuple)):
+        return [path for pattern in patterns for path in expand_files(pattern, what)]
+    return expand_files(patterns, what)
+
+
+def _named(patterns):
+    """A column's pattern, or its list of patterns, as given."""
+    if isinstance(patterns, (list, tuple)):
+        return [os.fspath(p) for p in patterns]
+    return os.fspath(patterns)
+
+
 def shard_columns(patterns, what):
     """[column][shard] paths of `patterns`, one per column, checked to pair up.
+
+    A column is a glob pattern (or a path), or a list of them whose files
+    are read one after another.
 
     Raises:
         FileNotFoundError: A pattern matches nothing.
         ValueError: The columns have different numbers of files, or a file is
             empty; the message names them.
     """
-    columns = [expand_files(p, f"{what} file") for p in patterns]
+    columns = [_column_files(p, f"{what} file") for p in patterns]
     if len({len(c) for c in columns}) > 1:
-        counts = ", ".join(f"{os.fspath(p)!r}: {len(c)} files"
+        counts = ", ".join(f"{_named(p)!r}: {len(c)} files"
                            for p, c in zip(patterns, columns, strict=True))
         raise ValueError(
             f"{what} files do not pair up: {counts}. Source and target shards pair "
@@ -135,9 +154,17 @@ def shard_columns(patterns, what):
         for path in column:
             stream, raw = _open(path)
             with raw, stream:
-                if not stream.read(1):
+                if not _read(stream.read, 1, path):
                     raise ValueError(f"{what} file {path!r} is empty.")
     return columns
+
+
+def _read(read, size, path):
+    """`read(size)` of file `path`'s stream; a gzip file cut short is a ValueError naming it."""
+    try:
+        return read(size)
+    except GZIP_ERRORS as error:
+        raise damaged_gzip(path, error) from None
 
 
 def read_heads(columns, max_rows, encoding="utf-8"):
@@ -156,7 +183,8 @@ def read_heads(columns, max_rows, encoding="utf-8"):
         count, ended, text_bytes = 0, False, 0
         try:
             while count < per_shard:
-                raw_lines = [stream.readline() for stream, _ in opened]
+                raw_lines = [_read(stream.readline, -1, path)
+                             for (stream, _), path in zip(opened, paths, strict=True)]
                 present = [bool(line) for line in raw_lines]
                 if not any(present):
                     ended = True
@@ -170,7 +198,8 @@ def read_heads(columns, max_rows, encoding="utf-8"):
                 ))
                 count += 1
             if not ended:  # a shard of exactly `per_shard` lines is all read
-                ended = not any(stream.peek(1) for stream, _ in opened)
+                ended = not any(_read(stream.peek, 1, path)
+                                for (stream, _), path in zip(opened, paths, strict=True))
             heads.bytes_read.append(text_bytes)
         finally:
             for stream, raw in opened:
@@ -272,12 +301,13 @@ def in_memory_line(num_examples, num_bytes, limit_mb):
 def stream_or_read(patterns, what, limit_mb):
     """([column][shard] paths of `patterns`, whether they exceed `limit_mb`).
 
-    A plain path that is no file fails as `require_file` does; a pattern
+    A column is a pattern or a list of them (`shard_columns`).  A plain path that is no file fails as `require_file` does; a pattern
     that matches nothing names the pattern.
     """
-    for pattern in patterns:
-        if not glob.has_magic(os.fspath(pattern)) and not os.path.isfile(pattern):
-            raise FileNotFoundError(f"{what} file not found: {os.fspath(pattern)!r}.")
+    for column in patterns:
+        for pattern in column if isinstance(column, (list, tuple)) else [column]:
+            if not glob.has_magic(os.fspath(pattern)) and not os.path.isfile(pattern):
+                raise no_file(pattern, f"{what} file")
     columns = shard_columns(patterns, what)
     return columns, total_bytes(columns) > limit_mb * 2**20 or limit_mb == 0
 

@@ -22,6 +22,7 @@ so a run and its SavedModel give the same lines.  The run computes
 width fixed at export (`translate_beam`: 4 beams, length penalty 0.6).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
 from training.data import series_files
 from training.data.manifest import check_saved_model_export
-from training.data.readers import read_lines
+from training.data.readers import no_file, read_lines
 from training.tasks import get_task
 
 
@@ -108,7 +109,7 @@ class SavedModelPredictor:
         self.export_dir = os.fspath(export_dir)
         check_saved_model_export(self.export_dir)  # its manifest, before anything is read
         self.serving = get_task(task or _exported_task(self.export_dir)).serving()
-        self.loaded = tf.saved_model.load(self.export_dir)
+        self.loaded = load_saved_model(self.export_dir)
 
     def predict(self, inputs, beam_size=1, batch_size=64):
         """Lines for `inputs` from the SavedModel's signature (see `predict_run`)."""
@@ -121,12 +122,77 @@ class SavedModelPredictor:
         return answer_in_batches(self.serving, _parsed(self.serving, inputs), batch_size, answer)
 
 
+#: What `tf.saved_model.load` raises for a variables file cut short or
+#: damaged: an `IndexError` ("Read less bytes than requested") from the data,
+#: an `OpError` ("not an sstable") from the index.  (`saved_model.pb` cut
+#: short is an OSError that names it: "Cannot parse file".)
+_VARIABLES_ERRORS = (IndexError, tf.errors.OpError)
+_DAMAGED_CODES = (tf.errors.UNKNOWN, tf.errors.DATA_LOSS)
+
+
+def load_saved_model(export_dir):
+    """`tf.saved_model.load(export_dir)`; a file missing, cut short or
+    damaged is an OSError or ValueError naming it."""
+    export_dir = _check_saved_model_files(export_dir)
+    with _saved_model_errors(export_dir):
+        return tf.saved_model.load(export_dir)
+
+
+def check_saved_model(export_dir):
+    """Reads every variable of SavedModel `export_dir` (without its graph).
+
+    A quick check, for a caller that hands the export to other processes:
+    a variables file missing, cut short or damaged is an OSError or
+    ValueError naming it, as `load_saved_model` raises.
+    """
+    export_dir = _check_saved_model_files(export_dir)
+    variables = os.path.join(export_dir, "variables")
+    if not os.path.isdir(variables):
+        return
+    with _saved_model_errors(export_dir):
+        reader = tf.train.load_checkpoint(os.path.join(variables, "variables"))
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+
+
+def _check_saved_model_files(export_dir):
+    export_dir = os.fspath(export_dir)
+    variables = os.path.join(export_dir, "variables")
+    for path in (os.path.join(export_dir, "saved_model.pb"),
+                 os.path.join(variables, "variables.index")):
+        if not os.path.isfile(path) and (path.endswith(".pb") or os.path.isdir(variables)):
+            raise FileNotFoundError(
+                f"{path!r} is missing: {export_dir!r} is not a whole SavedModel; export it again."
+            )
+    return export_dir
+
+
+@contextlib.contextmanager
+def _saved_model_errors(export_dir):
+    """A SavedModel file cut short or damaged, met inside, as a ValueError naming it."""
+    try:
+        yield
+    except _VARIABLES_ERRORS as error:
+        if isinstance(error, tf.errors.OpError) and error.error_code not in _DAMAGED_CODES:
+            raise  # not a file's bytes (an op not registered, ...)
+        where = os.path.join(export_dir, "variables")
+        raise ValueError(
+            f"The SavedModel {where!r} cannot be read ({getattr(error, 'message', error)}): "
+            f"a file of it is cut short or damaged; export {export_dir!r} again."
+        ) from None
+
+
 def _exported_task(export_dir):
     path = os.path.join(export_dir, "assets", "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No SavedModel config at {path!r}; is {export_dir!r} an export?")
-    with open(path, encoding="utf-8") as f:
-        name = json.load(f).get("task")
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path!r} is not a readable config ({error}); export "
+                         f"{export_dir!r} again.") from None
+    name = values.get("task") if isinstance(values, dict) else None
     if name is None:
         raise ValueError(f"{path!r} names no task; pass the task (--task).")
     return name
@@ -145,10 +211,15 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
     read, and may be left out; missing values stay NaN, which the model
     fills (`keras_transformer.layers.series_masking`).
 
+    A text file is read as `training.data.readers.read_lines` reads it
+    (gzip, a byte-order mark and "\\r\\n" line ends taken care of).
+
     Raises:
         ValueError: If both `arguments` and `input_file` are given, or a
-            series file is malformed or holds a series without a known
-            value (the message names the file and the line).
+            file is not UTF-8, or a series file is malformed or holds a
+            series without a known value (the message names the file and
+            the line).
+        FileNotFoundError, IsADirectoryError: If `input_file` is no file.
     """
     if arguments and input_file is not None:
         raise ValueError(
@@ -157,12 +228,12 @@ def read_inputs(arguments=(), input_file=None, stdin=None):
     if arguments:
         return list(arguments)
     if input_file is not None and input_file != "-":
+        if not os.path.isfile(input_file):
+            raise no_file(input_file, "--input")
         if _is_series_file(input_file):
             return _read_series_inputs(input_file)
-        with open(input_file, encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = (stdin or sys.stdin).read()
+        return read_lines(input_file)
+    text = (stdin or sys.stdin).read()
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()

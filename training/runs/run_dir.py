@@ -47,6 +47,7 @@ import shutil
 import socket
 import tempfile
 import warnings
+import zipfile
 
 import keras
 
@@ -69,6 +70,7 @@ from training.data.manifest import (
 from training.pipeline.prepared import file_fingerprint
 from training.runs.predict import predict_run
 from training.tasks import get_task
+from training.text.tokenizers import check_vocabulary_size
 
 #: The lock file of a run directory, kept by `prepare_run_dir --overwrite`.
 LOCK_NAME = ".lock"
@@ -644,5 +646,21 @@ def load_run(run_dir):
     metrics = {}
     if os.path.isfile(os.path.join(run_dir, "metrics.json")):
         metrics = read_json(os.path.join(run_dir, "metrics.json"), what)
-    model = keras.saving.load_model(model_path)
+    model = _load_model(model_path)
+    vocabulary_size = getattr(model, "vocabulary_size", None) or getattr(
+        getattr(model, "config", None), "vocabulary_size", None)  # a classifier's, a translator's
+    check_vocabulary_size(task.tokenizer, vocabulary_size, os.path.join(run_dir, "vocab"))
     return Run(run_dir, task, config, model, metrics)
+
+
+def _load_model(path):
+    """`keras.saving.load_model(path)`; a file cut short is a ValueError naming it
+    (Keras says "File not found" of a file that is there but no zip archive)."""
+    damaged = (f"{path!r} is not a whole .keras file (a zip archive): it was cut short or "
+               "damaged while it was written")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{damaged}.")
+    try:
+        return keras.saving.load_model(path)
+    except zipfile.BadZipFile as error:
+        raise ValueError(f"{damaged} ({error}).") from None

@@ -108,7 +108,7 @@ class TextClassificationOptions(ClassifierOptions):
     # (Kim's CNN: n-gram convolutions, max-pooled, no attention).
     model: str = "transformer"
     # Widths of the n-gram convolutions before the encoder ([]: none).
-    ngram_widths: tuple = ()
+    ngram_widths: tuple[int, ...] = ()
     # How the encoder output is pooled over the tokens.
     pooling: str = "mean"
     # Whole words seen at least this many times make the vocabulary (0: word pieces).
@@ -199,8 +199,9 @@ OPTIONS = {
 
 
 def options_class(task):
-    """The options class of `task`; `TaskOptions` (no fields) for another name."""
-    return OPTIONS.get(task, TaskOptions)
+    """The options class of `task`; `TaskOptions` (no fields) for another name
+    (or for a value that is no name, which the config's checks refuse)."""
+    return OPTIONS.get(task, TaskOptions) if isinstance(task, str) else TaskOptions
 
 
 def option_names(cls):

@@ -96,7 +96,7 @@ def series_stem(config, m, x, index=0):
 class SeriesClassification(Task):
     """Series `(T, F)` -> class, in tokens of `patch_length` steps (PatchTST).
 
-    Data: `train_files[0]` and `test_files[0]` in the format their suffix
+    Data: `train_files[0]` and `test_files[0]` (one file each) in the format their suffix
     names (`read_series_file`: `.ts` and `.csv` of several channels, else
     UCR: label, then the values), of unequal lengths and with missing
     values where the files have them (NaN, `read_series_file`),
@@ -115,6 +115,9 @@ class SeriesClassification(Task):
 
     name = "timeseries"
     datasets = ("ucr", "files")
+    #: Paths each files field holds where it is given (`TrainingConfig.validate`):
+    #: one file each (series of several files are not joined).
+    file_counts = {"train_files": (1,), "valid_files": (1,), "test_files": (1,)}
     options = SeriesOptions
     data_fields = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                    "patch_length", "patch_stride", "ensemble_size")

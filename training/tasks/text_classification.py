@@ -88,7 +88,8 @@ class TextClassification(Task):
     """Sentence -> class, from a word-piece vocabulary learned on the training text.
 
     Data: `dataset="sst2"`, `"trec"` (every 10th training question
-    validates) or `"files"` (`label<TAB>text` files; class names in the
+    validates) or `"files"` (`label<TAB>text` files, every training file
+    read as one corpus; class names in the
     order `readers.read_classification` gives them; without
     `valid_files` every 10th training sentence validates, as on TREC, and
     without `test_files` the validation split tests).  Selection and
@@ -104,6 +105,9 @@ class TextClassification(Task):
 
     name = "classification"
     datasets = ("sst2", "trec", "files")
+    #: Paths each files field holds where it is given (`TrainingConfig.validate`):
+    #: any number of training files (read as one corpus), one of the others.
+    file_counts = {"valid_files": (1,), "test_files": (1,)}
     options = TextClassificationOptions
     data_fields = ("ensemble_size",)
     #: k when the loaded data is cross-fitted for k members, else None.
@@ -141,10 +145,11 @@ class TextClassification(Task):
             # (for all members, or cross-fitted: below).
             files = [folder / "TREC.train.all", None, folder / "TREC.test.all"]
         elif config.dataset == "files":
-            # Without valid_files every 10th training sentence validates (or
+            # Every training file is read, as one corpus.  Without
+            # valid_files every 10th training sentence validates (or
             # cross-fitted), as on TREC; without test_files the validation
             # split tests.
-            files = [config.train_files[0],
+            files = [list(config.train_files),
                      config.valid_files[0] if config.valid_files else None,
                      config.test_files[0] if config.test_files else None]
         else:

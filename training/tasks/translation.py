@@ -119,6 +119,9 @@ class Translation(Task):
 
     name = "translation"
     datasets = ("toy", "multi30k", "files")
+    #: Paths each files field holds where it is given (`TrainingConfig.validate`):
+    #: (source, target), each a file or a glob pattern of shards.
+    file_counts = {"train_files": (2,), "valid_files": (2,), "test_files": (2,)}
     options = TranslationOptions
 
     def __init__(self, tokenizer=None, label_names=None):

@@ -23,7 +23,7 @@ import tensorflow_text as tf_text
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from training.data.atomic import atomic_write_text
-from training.data.readers import read_lines
+from training.data.readers import read_json, read_lines
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
@@ -389,19 +389,66 @@ class WordPieceTokenizer(tf.Module):
 
     @classmethod
     def load(cls, directory):
-        """Rebuilds a tokenizer written by `save` (`tokenizer.json` optional)."""
-        vocabulary = read_lines(os.path.join(directory, "vocab.txt"))
+        """Rebuilds a tokenizer written by `save` (`tokenizer.json` optional).
+
+        Raises:
+            FileNotFoundError: `vocab.txt` is missing.
+            ValueError: `vocab.txt` ends inside a token (`save` ends each
+                with a line break: a file cut short while it was written),
+                or `tokenizer.json` is not whole JSON; the message names
+                the file.
+        """
+        path = os.path.join(directory, "vocab.txt")
+        vocabulary = read_lines(path)
+        if not _ends_with_line_break(path):
+            raise ValueError(
+                f"{path!r} ends inside token {len(vocabulary)} ({vocabulary[-1][:40]!r}, "
+                "no line break after it): it was cut short while it was written."
+            )
         config = _tokenizer_json(directory)
         config.pop("char_ngrams", None)  # `CharNGramTokenizer`'s (`load_tokenizer`)
         return cls(vocabulary, **config)
+
+
+def _ends_with_line_break(path):
+    """Whether file `path` is empty or ends with "\\n"."""
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _tokenizer_json(directory):
     path = os.path.join(directory, "tokenizer.json")
     if not os.path.isfile(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(path)
+
+
+def check_vocabulary_size(tokenizer, expected, directory):
+    """Raises unless `tokenizer`, loaded from `directory`, has the `expected`
+    tokens of the model that reads its ids (nothing when `expected` is None).
+
+    A vocabulary cut short at a line break loads without complaint, and
+    maps the model's ids to the wrong tokens: only the model's size tells.
+
+    Raises:
+        FileNotFoundError: No tokenizer (`directory` was missing).
+        ValueError: Another number of tokens; the message names the file.
+    """
+    if expected is None:
+        return
+    path = os.path.join(os.fspath(directory), "vocab.txt")
+    if tokenizer is None:
+        raise FileNotFoundError(
+            f"{path!r} is missing; the model reads ids of a vocabulary of {expected} tokens."
+        )
+    if tokenizer.vocabulary_size != expected:
+        raise ValueError(
+            f"{path!r} holds {tokenizer.vocabulary_size} tokens where the model was trained "
+            f"on {expected}: the file was cut short or comes from another run."
+        )
 
 
 def load_tokenizer(directory):
