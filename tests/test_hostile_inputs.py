@@ -147,6 +147,19 @@ PREDICT = ["predict", "--run-dir", "{run}"]
 CASES = [
     # The mistakes of issue 55's table (a vocabulary cut short is below, at a
     # line break and inside a token).
+    ("overwrite-a-folder-of-own-files-with-a-train-typo",
+     ["train", "--config", "tiny", "--run-dir", "{user}", "--overwrite", "--verbose", "0",
+      *_settings("dataset=files", "train_files=[\"{user}/nope.src\", \"{user}/nope.tgt\"]")],
+     "{user}"),
+    ("overwrite-a-folder-of-own-files", ["train", "--config", "tiny", "--run-dir", "{user}",
+                                         "--overwrite", "--verbose", "0", *_settings(*FAST)],
+     "{user}"),
+    ("export-overwrite-a-folder-of-own-files",
+     ["export", "saved-model", "--run-dir", "{run}", "--output", "{user}", "--overwrite"],
+     "{user}"),
+    ("prepare-overwrite-a-folder-of-own-files",
+     ["prepare", "--config", "text_classification", "--output", "{user}", "--overwrite",
+      *_settings("train_files={user}/a.tsv")], "{user}"),
     ("label-smoothing-not-a-number", [*TINY, *_settings("label_smoothing=abc")],
      "label_smoothing='abc'"),
     ("unknown-encoding", [*TINY, *_settings("encoding=utf8x")], "encoding='utf8x'"),
