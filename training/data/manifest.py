@@ -18,12 +18,12 @@ answers from a half-written vocabulary or model.
 """
 
 import hashlib
-import json
 import os
 import warnings
 
 from keras_transformer import __version__
 from training.data.atomic import atomic_write_json
+from training.data.readers import read_json
 
 #: The version of the layouts this code writes, and the newest it reads.
 FORMAT_VERSION = 1
@@ -36,21 +36,6 @@ def format_record(kind, **extra):
     """The record saying a folder is a `kind` ("run", "saved_model", ...) of this version."""
     return {"format": f"keras-transformer {kind}", "format_version": FORMAT_VERSION,
             "package_version": __version__, **extra}
-
-
-def read_json(path, what):
-    """The JSON value in `path`; ValueError naming the file (and line) when it is not JSON."""
-    path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{what}: {path!r} is not UTF-8 text ({error.reason} at byte "
-                         f"{error.start}); the file is damaged.") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{what}: {path!r} is not valid JSON (line {error.lineno}, column "
-                         f"{error.colno}: {error.msg}); the file is damaged or cut short."
-                         ) from None
 
 
 def check_format(record, kind, path, remedy):

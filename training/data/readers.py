@@ -41,8 +41,13 @@ def no_file(path, what="path"):
     return FileNotFoundError(f"{what}={path!r} does not exist.")
 
 
-def read_json(path):
+def read_json(path, what=None):
     """The JSON value in file `path`; errors name the file (and the line).
+
+    Args:
+        path: The file.
+        what: What it belongs to (`"run_dir='runs/a'"`), put before the
+            message, or None.
 
     Raises:
         FileNotFoundError, IsADirectoryError: `path` is no file.
@@ -52,12 +57,17 @@ def read_json(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise no_file(path)
+    prefix = f"{what}: " if what else ""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{prefix}path={path!r} is not UTF-8 text ({error.reason} at byte "
+                         f"{error.start}); it was damaged.") from None
+    except json.JSONDecodeError as error:
         raise ValueError(
-            f"path={path!r} is not whole JSON ({error}); it was cut short or damaged."
+            f"{prefix}path={path!r} is not whole JSON (line {error.lineno}, column "
+            f"{error.colno}: {error.msg}); it was cut short or damaged."
         ) from None
 
 

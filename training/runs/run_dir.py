@@ -64,9 +64,9 @@ from training.data.manifest import (
     check_format,
     check_manifest,
     format_record,
-    read_json,
     write_manifest,
 )
+from training.data.readers import read_json
 from training.pipeline.prepared import file_fingerprint
 from training.runs.predict import predict_run
 from training.tasks import get_task
