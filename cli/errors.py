@@ -16,6 +16,7 @@ repeated).
 
 import argparse
 import sys
+import warnings
 
 #: Exceptions whose message is meant for the user.
 USER_ERRORS = (ValueError, OSError)
@@ -53,11 +54,17 @@ def run_reporting_errors(command, debug=False):
         command: A callable returning the exit status.
         debug: Re-raise instead, so that the traceback is printed.
 
+    A warning meant for the user (a run written before run directories
+    carried a format version, ...) is one `warning: ...` line too.
+
     Returns:
         The command's exit status, or `USAGE_ERROR`.
     """
     try:
-        return command()
+        with warnings.catch_warnings():
+            if not debug:
+                warnings.showwarning = _warning_line
+            return command()
     except USER_ERRORS as error:
         if debug:
             raise
@@ -80,3 +87,8 @@ def one_line(error):
     some of TensorFlow's do, joined); its type's name when it has none."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return " ".join(lines) or type(error).__name__
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    """`warnings.showwarning` of the command line: `warning: <message>`, one line."""
+    print(f"warning: {one_line(message)}", file=file or sys.stderr)

@@ -33,8 +33,8 @@ def run(args, started_at):
         return evaluate(args)
     overrides = ([f"task={args.task}"] if args.task else []) + args.set
     config = load_config(args.config, overrides)
-    check_data_files(config)  # before a run directory or an output is written
     if args.command == "prepare":
+        check_data_files(config)  # before the output is written (train checks its own)
         return prepare(args, config)
     if args.command == "train":
         return train_run(args, config, started_at)

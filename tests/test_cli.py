@@ -6,11 +6,13 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 from cli import config_help, export_commands, training_commands
 from cli.config_help import first_sentence
+from cli.errors import run_reporting_errors
 from tests.conftest import REPO_ROOT
 from training.config import (
     CONFIG_DIR,
@@ -357,3 +359,18 @@ def test_commands_hide_tensorflow_start_up_lines_unless_asked(tmp_path):
     assert len(quiet) == 1 and quiet[0].startswith("error: No trained model"), quiet
     # TensorFlow's own lines are there when the user sets the level.
     assert len(run({"TF_CPP_MIN_LOG_LEVEL": "0"})) > 1
+
+
+def test_a_warning_is_one_line_and_the_error_after_it_too(capsys):
+    def command():
+        warnings.warn("run_dir='r' was written before run directories\ncarried a format version",
+                      UserWarning, stacklevel=2)
+        raise ValueError("a bad value")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # as a command's process shows it (pytest raises it)
+        assert run_reporting_errors(command) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: run_dir='r' was written before run directories carried a format version",
+        "error: a bad value",
+    ]

@@ -171,9 +171,11 @@ def test_overwrite_never_touches_a_folder_that_is_not_a_run(tmp_path):
     before = _hashes(tmp_path)
     typo = load_config("tiny", FAST + ["dataset=files",
                                         f'train_files=["{tmp_path}/nope.src", "x.tgt"]'])
+    with pytest.raises(FileNotFoundError, match="nope.src"):  # the data are checked first
+        train(typo, notes, overwrite=True, verbose=0)
     for overwrite in (True, False):
         with pytest.raises(FileExistsError, match="not a run directory") as caught:
-            train(typo, notes, overwrite=overwrite, verbose=0)
+            train(load_config("tiny", FAST), notes, overwrite=overwrite, verbose=0)
         assert "\n" not in str(caught.value) and str(notes) in str(caught.value)
     assert _hashes(tmp_path) == before
     assert sorted(os.listdir(notes)) == ["config.json", "drafts", "todo.txt"]  # no lock file

@@ -42,6 +42,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
+from training.data.common import check_data_files
 from training.data.shards import StreamedCorpus, seeded_sample
 from training.distribute import (
     WorkerRole,
@@ -136,6 +137,7 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
     """
     watch = budget.Stopwatch(started_at)
     config.validate()  # the task's own checks too (Task.check_config)
+    check_data_files(config)  # whole and readable, before the run directory is touched
     strategy = build_strategy(config.strategy)  # fails early if it cannot be built
     run_dir, role = os.fspath(run_dir), worker_role()
     with (_run_directory(run_dir, config, overwrite, role) as resumed,

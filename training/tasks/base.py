@@ -27,10 +27,10 @@ Who calls what:
 | `serving` | `training.runs.predict`, `export.*` (through `serving_of`) |
 """
 
-import json
 import os
 
 from training.data.atomic import atomic_write_json
+from training.data.readers import read_json
 from training.recipe import budget
 from training.recipe.plan import EvaluationPlan, FinalEvaluation
 from training.serving.task_serving import Serving
@@ -146,8 +146,7 @@ class Task:
             self.tokenizer = load_tokenizer(vocab_dir)
         labels = os.path.join(run_dir, "labels.json")
         if os.path.isfile(labels):
-            with open(labels, encoding="utf-8") as f:
-                self.label_names = json.load(f)
+            self.label_names = read_json(labels)
         return self
 
     def make_dataset(self, config, split, shuffle=False, repeat=False, training=False):
