@@ -277,13 +277,14 @@ def test_two_workers_stream_their_shares_and_only_the_chief_writes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("killed", [0, 1], ids=["chief", "worker"])
-def test_a_worker_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path, killed):
-    """SIGKILL the chief (worker 0, the one that writes the run directory)
-    or worker 1 after the chief's first checkpoint; the cluster then
-    restarts (the survivor's collectives cannot take a new peer, so it is
-    stopped too, as a cluster manager does), and the restarted workers
-    resume from that checkpoint and finish the run."""
+def test_the_chief_killed_mid_run_rejoins_from_the_last_checkpoint(tmp_path):
+    """SIGKILL the chief (worker 0, the one process that writes the run
+    directory) after its first checkpoint; the cluster then restarts (the
+    survivor's collectives cannot take a new peer, so it is stopped too, as
+    a cluster manager does), and the restarted workers resume from that
+    checkpoint and finish the run.  (A killed worker that writes nothing is
+    the easier case of the same restart.)"""
+    killed = 0
     patterns = _shard(tmp_path, _pairs(240), 4)
     run_dir = tmp_path / "run"
     processes = _start_workers(run_dir, patterns)

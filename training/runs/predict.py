@@ -142,9 +142,11 @@ def check_saved_model(export_dir):
     """Reads every variable of SavedModel `export_dir` (without its graph).
 
     A quick check, for a caller that hands the export to other processes:
-    a variables file missing, cut short or damaged is an OSError or
-    ValueError naming it, as `load_saved_model` raises.
+    its manifest first (`check_saved_model_export`), then a variables file
+    missing, cut short or damaged is an OSError or ValueError naming it, as
+    `load_saved_model` raises.
     """
+    check_saved_model_export(export_dir)
     export_dir = _check_saved_model_files(export_dir)
     variables = os.path.join(export_dir, "variables")
     if not os.path.isdir(variables):
