@@ -59,6 +59,8 @@ setup(
             # benchmarks/bench_series_recipe.py: MiniRocket (which needs numba).
             "sktime>=0.30",
             "numba>=0.59",
+            # benchmarks/bench_series_recipe.py: MultiRocket (MultiRocketClassifier).
+            "aeon>=1.0",
         ],
         # python -m export ctranslate2 (export/ctranslate2.py): OpenNMT's C++
         # inference engine, imported only there.

@@ -1,4 +1,4 @@
-"""The default series recipe on file pairs, given only the paths, vs MiniRocket and 1-NN.
+"""The default series recipe on file pairs, given only the paths, vs MiniRocket, MultiRocket and 1-NN.
 
 Each (set, seed) runs exactly what a user types:
 
@@ -8,25 +8,36 @@ Each (set, seed) runs exactly what a user types:
 and, on the same files in the same process, MiniRocket as sktime's
 documentation runs it (sktime `MiniRocket`, or `MiniRocketMultivariate`
 for several channels, then `StandardScaler(with_mean=False)` and
-`RidgeClassifierCV(alphas=np.logspace(-3, 3, 10))`, seeded by the seed).
-Both test accuracies and both times are printed per set and seed, with the
+`RidgeClassifierCV(alphas=np.logspace(-3, 3, 10))`, seeded by the seed),
+and MultiRocket as aeon's documentation runs it (aeon
+`MultiRocketClassifier` with its defaults: 10,000 kernels, its own scaling
+and `RidgeClassifierCV`; `random_state` the seed, `n_jobs` the threads).
+aeon takes `(n_cases, n_channels, n_timepoints)` arrays of one length and
+no NaN; a set of series of unequal lengths (or whose splits differ in
+length) is padded with zeros to the longest series of either split, what
+aeon's `Padder(fill_value=0)` does and its error for such data advises.
+The three test accuracies and times are printed per set and seed, with the
 1-nearest-neighbour Euclidean baseline (`baselines.nearest_neighbour_accuracy`)
 and InceptionTime's published accuracy where `baselines.INCEPTION_TIME_UCR128`
-has it, then the mean over seeds per set and the mean over sets.  Our time
+has it, then the mean over seeds per set (with ours minus MultiRocket, a
+set more than 3 points below it flagged) and the mean over sets.  Our time
 is the run's training + test evaluation (metrics.json `train_seconds` +
 `eval_seconds`: TensorFlow's start and reading the files excluded) and the
-whole command's wall clock; MiniRocket's is fit + predict.
+whole command's wall clock; MiniRocket's and MultiRocket's are fit + predict
+(numba's first compilation included where its cache does not hold it).
 
 A set is `NAME_TRAIN.txt` / `NAME_TEST.txt` (UCR) or `NAME_TRAIN.ts` /
 `NAME_TEST.ts` in one of `--dirs` or in its `NAME/` folder (as
 `write_uea_ts.py` writes GunPoint, ItalyPowerDemand or BasicMotions).
 With `--jobs N` the (set, seed) pairs run in N processes at once, each
-with `--threads` TensorFlow and MiniRocket threads.  Each (set, seed) is
+with `--threads` TensorFlow, MiniRocket and MultiRocket threads.  Each (set, seed) is
 printed as it ends; the run (its rows, the means per set and over sets) is
 appended with its date to benchmarks/results/series_recipe.json
 (`--change TEXT`: what the run changed), and written to `--json` too.
 
-Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
+Usage (from the repository root; sktime and aeon, the peers, come with
+`pip install -e ".[bench]"`, and the benchmark stops at once, naming the
+package, where one is missing):
 
     python3 benchmarks/bench_series_recipe.py --dirs DATA/ucr
     python3 benchmarks/write_uea_ts.py --name GunPoint --out runs/uea
@@ -40,6 +51,7 @@ Usage (from the repository root; sktime: `pip install -e ".[bench]"`):
 import argparse
 import concurrent.futures
 import glob
+import importlib.util
 import json
 import os
 import statistics
@@ -54,6 +66,16 @@ from training.data import readers, series_files
 
 SHARED = os.path.join(common.REPO_ROOT, "..", "shared", "data", "ucr")
 SUFFIXES = (".txt", ".ts")
+# The peers' packages: {import name: what runs on it}, all in the `bench` extra.
+PEERS = {"sktime": "MiniRocket", "aeon": "MultiRocket"}
+MULTIROCKET_MARGIN = 3.0  # points: a set this far below MultiRocket is flagged
+
+
+def missing_peers():
+    """One line per peer package that is not installed (empty: all are)."""
+    return [f"{peer} needs the package {package}, which is not installed: "
+            f'pip install -e ".[bench]" installs it'
+            for package, peer in PEERS.items() if importlib.util.find_spec(package) is None]
 
 
 def find_set(directories, name):
@@ -115,6 +137,30 @@ def minirocket(train, test, seed, threads):
     return float(np.mean(predicted == ty)), time.perf_counter() - start
 
 
+def multirocket(train, test, seed, threads):
+    """(test accuracy, seconds of fit + predict) of aeon's `MultiRocketClassifier`
+    with its defaults, seeded by `seed`, on `threads` threads (numba's first
+    compilation included where its cache does not hold it)."""
+    from aeon.classification.convolution_based import MultiRocketClassifier
+
+    (x, y), (tx, ty) = read_split(train), read_split(test)
+    x, tx = aeon_input(x, tx)
+    start = time.perf_counter()
+    classifier = MultiRocketClassifier(random_state=seed, n_jobs=threads or 1)
+    predicted = classifier.fit(x, y).predict(tx)
+    return float(np.mean(predicted == ty)), time.perf_counter() - start
+
+
+def aeon_input(x, tx):
+    """Both splits, NaN-padded (N, T, C), as aeon's float64 (N, C, T) of one length:
+    series of unequal lengths (or splits of two lengths) zero-padded to the
+    longest of either split, as aeon's `Padder(fill_value=0)` pads."""
+    if np.isnan(x).any() or np.isnan(tx).any() or x.shape[1] != tx.shape[1]:
+        x, tx = _zero_padded(x, tx)
+    return tuple(np.ascontiguousarray(np.transpose(a, (0, 2, 1)), dtype=np.float64)
+                 for a in (x, tx))
+
+
 def _lengths(series):
     """(N,) steps of each NaN-padded series: 1 + its last step with a known value."""
     known = ~np.isnan(series).all(axis=2)  # (N, T)
@@ -168,6 +214,7 @@ def run(name, train, test, config, seed, threads, overrides=()):
     x, y = read_split(train)
     tx, ty = read_split(test)
     rocket_accuracy, rocket_seconds = minirocket(train, test, seed, threads)
+    multi_accuracy, multi_seconds = multirocket(train, test, seed, threads)
     return {
         "set": name, "seed": seed, "config": config, "overrides": list(overrides),
         "threads": threads,
@@ -177,6 +224,7 @@ def run(name, train, test, config, seed, threads, overrides=()):
         "train_eval_seconds": round(metrics["train_seconds"] + metrics["eval_seconds"], 1),
         "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
         "minirocket": rocket_accuracy, "minirocket_seconds": round(rocket_seconds, 2),
+        "multirocket": multi_accuracy, "multirocket_seconds": round(multi_seconds, 2),
         # Series of unequal lengths: zero-padded to the longest for 1-NN.
         "nearest_neighbour": _nearest_neighbour_padded(x, y, tx, ty)
         if np.isnan(x).any() or np.isnan(tx).any()
@@ -203,6 +251,7 @@ def print_row(row):
           f"({row['train_eval_seconds']:.0f} s train+test, {row['seconds']:.0f} s wall, "
           f"{row['cpu_seconds']:.0f} s CPU)  "
           f"MiniRocket {row['minirocket']:.3f} ({row['minirocket_seconds']:.1f} s)  "
+          f"MultiRocket {row['multirocket']:.3f} ({row['multirocket_seconds']:.1f} s)  "
           f"1-NN {row['nearest_neighbour']:.3f}  InceptionTime "
           f"{'n/a' if inception is None else f'{inception:.3f}'}", flush=True)
 
@@ -214,25 +263,39 @@ def summary(rows):
         mine = [r for r in rows if r["set"] == name]
         per_set[name] = {
             key: statistics.mean(r[key] for r in mine)
-            for key in ("test_accuracy", "minirocket", "train_eval_seconds",
-                        "minirocket_seconds", "nearest_neighbour")
+            for key in ("test_accuracy", "minirocket", "multirocket", "train_eval_seconds",
+                        "minirocket_seconds", "multirocket_seconds", "nearest_neighbour")
         }
         per_set[name]["seeds"] = [r["seed"] for r in mine]
     mean = {key: statistics.mean(s[key] for s in per_set.values())
-            for key in ("test_accuracy", "minirocket", "train_eval_seconds",
-                        "minirocket_seconds")}
+            for key in ("test_accuracy", "minirocket", "multirocket", "train_eval_seconds",
+                        "minirocket_seconds", "multirocket_seconds")}
     return per_set, mean
 
 
+def below_multirocket(per_set, margin=MULTIROCKET_MARGIN):
+    """The sets whose mean over seeds is more than `margin` points below MultiRocket's."""
+    return [name for name, s in per_set.items()
+            if 100 * (s["test_accuracy"] - s["multirocket"]) < -margin]
+
+
 def print_summary(per_set, mean):
-    print("\nmean over seeds:")
+    below = below_multirocket(per_set)
+    print("\nmean over seeds (ours minus each peer, in points):")
     for name, s in per_set.items():
+        flag = f"  <- more than {MULTIROCKET_MARGIN:g} points below MultiRocket" \
+            if name in below else ""
         print(f"{name:18s} ours {s['test_accuracy']:.3f} ({s['train_eval_seconds']:.0f} s)  "
               f"MiniRocket {s['minirocket']:.3f} ({s['minirocket_seconds']:.1f} s)  "
-              f"difference {100 * (s['test_accuracy'] - s['minirocket']):+.1f} points")
+              f"MultiRocket {s['multirocket']:.3f} ({s['multirocket_seconds']:.1f} s)  "
+              f"vs MiniRocket {100 * (s['test_accuracy'] - s['minirocket']):+.1f}  "
+              f"vs MultiRocket {100 * (s['test_accuracy'] - s['multirocket']):+.1f}{flag}")
     print(f"{'mean over sets':18s} ours {mean['test_accuracy']:.3f} "
           f"({mean['train_eval_seconds']:.0f} s)  MiniRocket {mean['minirocket']:.3f} "
-          f"({mean['minirocket_seconds']:.1f} s)", flush=True)
+          f"({mean['minirocket_seconds']:.1f} s)  MultiRocket {mean['multirocket']:.3f} "
+          f"({mean['multirocket_seconds']:.1f} s)")
+    print(f"sets more than {MULTIROCKET_MARGIN:g} points below MultiRocket: "
+          f"{', '.join(below) or 'none'}", flush=True)
 
 
 def main():
@@ -255,6 +318,9 @@ def main():
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1; received --jobs {args.jobs}.")
+    missing = missing_peers()
+    if missing:  # before any training: a peer is never silently left out
+        parser.error("; ".join(missing) + ".")
     threads = args.threads
     if threads is None and args.jobs > 1:
         threads = max(1, len(os.sched_getaffinity(0)) // args.jobs)
@@ -269,7 +335,8 @@ def main():
     per_set, mean = summary(rows)
     print_summary(per_set, mean)
     table = {"command": " ".join(["python3", *sys.argv]), "rows": rows, "per_set": per_set,
-             "mean": mean, "machine_cores": os.cpu_count()}
+             "mean": mean, "below_multirocket": below_multirocket(per_set),
+             "machine_cores": os.cpu_count()}
     common.append_result("series_recipe", table, args)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
