@@ -20,7 +20,7 @@ from export.saved_model import export_saved_model
 from training.data.series_files import read_ts, write_ts
 from training.estimator import SeriesClassifier
 from training.runs.predict import SavedModelPredictor
-from training.runs.run_dir import load_run
+from training.runs.run_dir import finish_run, load_run
 
 SMALL = {"hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32, "num_layers": 1}
 PARAMS = dict(epochs=3, ensemble_size=1, model_overrides=SMALL)
@@ -67,7 +67,7 @@ def test_fit_predict_proba_and_score_with_string_labels(fitted):
     assert fitted.score(x, y) >= 0.9  # chance is 0.5
 
 
-def test_int_labels_two_dimensional_input_and_the_temporary_run(fitted):
+def test_int_labels_two_dimensional_input_and_the_temporary_run():
     x, y = easy_series(24, seed=0)
     labels = np.where(y == "wave", 7, 3)
     clf = SeriesClassifier(**PARAMS).fit(x[:, 0, :], labels)  # (n_series, length): one channel
@@ -76,7 +76,10 @@ def test_int_labels_two_dimensional_input_and_the_temporary_run(fitted):
     predicted = clf.predict(tx[:, 0, :])
     assert set(predicted.tolist()) <= {3, 7}
     assert clf.score(tx, np.where(ty == "wave", 7, 3)) >= 0.9
-    folder = os.path.dirname(clf.run_dir_)  # the temporary folder the estimator owns
+    first = os.path.dirname(clf.run_dir_)  # the temporary folder the estimator owns
+    clf.fit(x, labels)  # a new fit removes the folder of the last
+    assert not os.path.exists(first)
+    folder = os.path.dirname(clf.run_dir_)
     assert os.path.isdir(folder)
     del clf
     gc.collect()
@@ -177,6 +180,29 @@ def test_save_and_load_give_the_same_answers(fitted, tmp_path):
     np.testing.assert_array_equal(series, train_x.astype(np.float32).transpose(0, 2, 1))
     with pytest.raises(FileExistsError, match=r"path=.*saved.* exists"):
         fitted.save(path)
+
+
+def test_load_reads_a_run_of_the_command_line(fitted, tmp_path):
+    """A `timeseries` run without the estimator's record: labels from its labels.json."""
+    path = fitted.save(tmp_path / "saved")
+    os.remove(os.path.join(path, "data", "estimator.json"))
+    finish_run(path)  # its manifest without that file, as a run of the command line has
+    loaded = SeriesClassifier.load(path)
+    assert loaded.classes_.tolist() == ["flat", "wave"] and loaded.n_channels_ == 1
+    x, _ = easy_series(6, seed=5)
+    assert loaded.predict(x).tolist() == fitted.predict(x).tolist()
+
+
+def test_fit_trains_in_the_run_dir_given_and_refuses_a_folder_that_is_no_run(tmp_path):
+    x, y = easy_series(24, seed=0)
+    clf = SeriesClassifier(**PARAMS, run_dir=tmp_path / "run").fit(x, y)
+    assert clf.run_dir_ == str(tmp_path / "run")
+    assert load_run(clf.run_dir_).config["train_files"] == [str(tmp_path / "run" / "data" / "TRAIN.ts")]
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"notes.* is not a run directory"):
+        SeriesClassifier(**PARAMS, run_dir=tmp_path / "notes").fit(x, y)
+    assert os.listdir(tmp_path / "notes") == ["todo.txt"]
 
 
 @pytest.mark.slow
