@@ -36,7 +36,7 @@ LAYERS = (
     ("training.tasks",),
     ("training.config",),
     ("training.runs",),
-    ("training.distribute", "training.loop", "training.train"),
+    ("training.distribute", "training.loop", "training.train", "training.estimator"),
     ("export.quantize", "export.fresh_process", "export.saved_model_cli",
      "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify",
      "export.ctranslate2"),

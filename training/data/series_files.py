@@ -7,6 +7,7 @@ lengths:
 - `read_ts`: the `.ts` format that sktime and aeon write (the UEA and UCR
   archives' multivariate sets).
 - `read_series_csv`: one CSV row per series and channel.
+- `write_ts`: series and labels as a `.ts` file `read_ts` reads back exactly.
 
 Both return `(series, labels, label_values, lengths)`: float32 series
 `(N, T_max, C)`, the shorter ones padded at the end with NaN, missing
@@ -22,6 +23,7 @@ import os
 
 import numpy as np
 
+from training.data.atomic import atomic_write_text
 from training.data.readers import read_lines
 
 #: The `@` keys of a `.ts` header, lowercase (the files spell them in
@@ -337,6 +339,65 @@ def read_ts(path, labels=True):
         return series, None, None, lengths
     ids, label_values = _encode_labels(raw_labels, declared or _sorted_names(set(raw_labels)))
     return series, ids, label_values, lengths
+
+
+def ts_label(name):
+    """Whether `name` can be a class label of a `.ts` data line as it is: a
+    word without spaces, ":" or "," (which separate a line's parts)."""
+    return bool(name) and not any(c.isspace() or c in ":," for c in name)
+
+
+def write_ts(path, series, labels, label_names, problem_name="series"):
+    """Writes series and their labels as a `.ts` file that `read_ts` reads back exactly.
+
+    Each value is written as `repr` of its float (a float32 comes back the
+    same float32), NaN as `?` (missing, or padding at the end of a shorter
+    series: both read back as NaN).  `@classLabel` lists `label_names` in
+    their order, which `read_ts` keeps: class id i reads back as i.
+
+    Args:
+        path: The file to write (whole or not at all).
+        series: Float array `(N, T, C)`, NaN-padded at the end.
+        labels: Class ids `(N,)` into `label_names`.
+        label_names: The class labels, words `ts_label` accepts, each once.
+        problem_name: The `@problemName`, one word.
+
+    Raises:
+        ValueError: On a label name `ts_label` refuses or given twice, a
+            class id outside `label_names`, or series that are not `(N, T, C)`.
+    """
+    series = np.asarray(series, np.float32)
+    labels = np.asarray(labels)
+    names = [str(name) for name in label_names]
+    if series.ndim != 3 or len(series) != len(labels) or not len(series):
+        raise ValueError(
+            f"write_ts: series must be (N, T, C) with N > 0 labels; received series of shape "
+            f"{series.shape} and {len(labels)} labels."
+        )
+    bad = [name for name in names if not ts_label(name)]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(
+            f"write_ts: label_names must be distinct words without spaces, ':' or ','; "
+            f"received label_names={names!r}."
+        )
+    if labels.min() < 0 or labels.max() >= len(names):
+        raise ValueError(
+            f"write_ts: labels must be class ids in [0, {len(names)}); received labels "
+            f"from {labels.min()} to {labels.max()}."
+        )
+    num_series, length, channels = series.shape
+    lines = [
+        f"@problemName {problem_name}", "@timeStamps false",
+        f"@missing {str(bool(np.isnan(series).any())).lower()}",
+        f"@univariate {str(channels == 1).lower()}", f"@dimensions {channels}",
+        "@equalLength true", f"@seriesLength {length}",
+        f"@classLabel true {' '.join(names)}", "@data",
+    ]
+    for row, label in zip(series, labels, strict=True):
+        dimensions = (",".join("?" if math.isnan(v) else repr(v) for v in channel.tolist())
+                      for channel in row.T)
+        lines.append(":".join([*dimensions, names[int(label)]]))
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 # --- CSV ------------------------------------------------------------------------

@@ -1,0 +1,403 @@
+"""A scikit-learn estimator for series classification: the `timeseries` recipe from arrays.
+
+```python
+from training.estimator import SeriesClassifier
+
+clf = SeriesClassifier()        # the `timeseries` preset; sizes from the data
+clf.fit(X, y)                   # X (n_series, n_channels, length), as aeon takes it
+clf.predict(X_test)             # labels drawn from clf.classes_
+```
+
+`fit` runs the same recipe as `python -m training train --config
+timeseries` given a training file: it writes the series as a `.ts` file
+(`training.data.series_files.write_ts`, values exact), builds the config
+from the preset and trains a run directory with `training.train.train`.
+The run is an ordinary one: `save(path)` copies it, and `python -m export
+saved-model --run-dir PATH --output DIR` exports it; `load(path)` gives a
+fitted estimator back.  Parameters follow scikit-learn's convention (stored
+as given, read by `fit`), so `get_params`, `set_params`, `sklearn.base.clone`
+and `GridSearchCV` work.
+
+Inputs, as aeon takes them:
+
+- a 3-D array `(n_series, n_channels, length)`;
+- a 2-D array `(n_series, length)`: one channel;
+- a list of arrays `(n_channels, length_i)` (or `(length_i,)`) of unequal
+  lengths, NaN-padded at the end as the package's readers pad them.
+
+NaN inside a series is a missing value (the model fills it); a series needs
+one known value.  Labels are any sortable values (strings, integers);
+`classes_` holds them sorted (`np.unique`), and `predict_proba`'s columns
+follow it.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import weakref
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from training.config import TrainingConfig, read_preset
+from training.data.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from training.data.readers import read_json
+from training.data.series_files import pad_series, ts_label, write_ts
+from training.runs.run_dir import MARKER, finish_run, load_run
+from training.train import train
+
+#: The training series of a run the estimator trained, in its `data/` folder.
+DATA_FILE = "TRAIN.ts"
+#: What `load` restores that the run's own files do not hold: the labels with
+#: their type, the channels and the parameters; in the run's `data/` folder.
+ESTIMATOR_FILE = "estimator.json"
+#: Series per model call in `predict_proba`.
+PREDICT_BATCH = 256
+#: The kinds of label arrays `fit` takes: integers, booleans, floats, strings, objects.
+_LABEL_KINDS = "iubfUO"
+
+
+def as_series(X, what="X"):
+    """Series in aeon's layouts -> float32 `(N, T, C)`, NaN-padded at the end.
+
+    Args:
+        X: A 3-D array `(N, C, T)`, a 2-D array `(N, T)` (one channel), or a
+            list of arrays `(C, T_i)` or `(T_i,)`.
+        what: The argument's name, for the messages.
+
+    Raises:
+        ValueError: In one line naming `what` (and the series): another
+            shape, values that are not numbers, no series or no step, channel
+            counts that differ, an infinite value, a series of NaN only.
+    """
+    layouts = (f"{what} must be a 3-D array (n_series, n_channels, length), a 2-D array "
+               "(n_series, length) or a list of (n_channels, length) arrays")
+    if isinstance(X, (list, tuple)):
+        if not X:
+            raise ValueError(f"{what} holds no series; received {what}={X!r}.")
+        rows = [_series_array(x, f"{what}[{i}]", layouts) for i, x in enumerate(X)]
+        for i, row in enumerate(rows):
+            if row.shape[1] != rows[0].shape[1]:
+                raise ValueError(
+                    f"{what}[{i}] has {row.shape[1]} channel(s) but {what}[0] has "
+                    f"{rows[0].shape[1]}; every series needs the same channels."
+                )
+        series = pad_series(rows)
+    else:
+        array = _numbers(X, what)
+        if array.ndim not in (2, 3):
+            raise ValueError(f"{layouts}; received {what} of shape {array.shape}.")
+        if array.ndim == 2:
+            array = array[:, None, :]
+        if 0 in array.shape:
+            raise ValueError(f"{layouts}, with at least one series, channel and step; "
+                             f"received {what} of shape {array.shape}.")
+        series = _float32(array, what).transpose(0, 2, 1)
+    _check_values(series, what)
+    return series
+
+
+def _numbers(x, what):
+    try:
+        return np.asarray(x, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{what} must hold numbers (NaN where a value is missing); received "
+            f"{type(x).__name__} that does not convert to float"
+            + (" (arrays of unequal lengths go in a list)" if isinstance(x, np.ndarray) else "")
+            + "."
+        ) from None
+
+
+def _series_array(x, what, layouts):
+    """One series of a list, `(C, T)` or `(T,)`, as float32 `(T, C)`."""
+    array = _numbers(x, what)
+    if array.ndim == 1:
+        array = array[None]
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"{layouts}, each with at least one channel and step; received "
+                         f"{what} of shape {array.shape}.")
+    return _float32(array, what).T
+
+
+def _float32(array, what):
+    with np.errstate(over="ignore"):
+        return array.astype(np.float32)
+
+
+def _check_values(series, what):
+    """Refuses an infinite value (or one beyond float32's range) and a series of NaN only."""
+    infinite = np.isinf(series).any(axis=(1, 2))
+    if infinite.any():
+        i = int(np.flatnonzero(infinite)[0])
+        raise ValueError(
+            f"{what}[{i}] holds an infinite value or one beyond float32's range "
+            f"({int(infinite.sum())} of {len(series)} series hold some); write a missing "
+            "value as NaN."
+        )
+    empty = np.isnan(series).all(axis=(1, 2))
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(
+            f"{what}[{i}] has no known value (every value is NaN; {int(empty.sum())} of "
+            f"{len(series)} series are so); leave it out."
+        )
+
+
+def as_labels(y, num_series):
+    """(`classes_`, class ids `(N,)` into it) of labels `y`.
+
+    Raises:
+        ValueError: In one line naming `y`: not one label per series, a
+            label that is NaN or of no sortable kind, a single class.
+    """
+    labels = np.asarray(y)
+    if labels.ndim != 1:
+        raise ValueError(f"y must be one label per series, shape (n_series,); received y of "
+                         f"shape {labels.shape}.")
+    if len(labels) != num_series:
+        raise ValueError(f"X has {num_series} series but y has {len(labels)} labels; "
+                         "give one label per series.")
+    if labels.dtype.kind not in _LABEL_KINDS:
+        raise ValueError(f"y must hold strings or numbers; received y of dtype {labels.dtype}.")
+    if labels.dtype.kind == "f" and np.isnan(labels).any():
+        i = int(np.flatnonzero(np.isnan(labels))[0])
+        raise ValueError(f"y[{i}] is NaN; every series needs a label.")
+    try:
+        classes, ids = np.unique(labels, return_inverse=True)
+    except TypeError:
+        raise ValueError("y must hold labels of one sortable kind (strings or numbers); "
+                         f"received {sorted({type(v).__name__ for v in labels})}.") from None
+    if len(classes) < 2:
+        raise ValueError(f"y holds one class ({classes.tolist()[0]!r}); a classifier needs at least "
+                         "two.")
+    return classes, ids.reshape(-1)
+
+
+def _file_label_names(classes):
+    """The labels the `.ts` file and the run's `labels.json` hold: the classes
+    as text where each is a word the file can hold, else "0", "1", ..."""
+    names = [str(c) for c in classes]
+    if all(map(ts_label, names)) and len(set(names)) == len(names):
+        return names
+    return [str(i) for i in range(len(classes))]
+
+
+class SeriesClassifier(ClassifierMixin, BaseEstimator):
+    """Series classification with the `timeseries` recipe, in scikit-learn's form.
+
+    Each parameter left None takes the preset's value; the `timeseries`
+    preset leaves them to the data (`training.recipe.series`: batch,
+    updates and up to five voting members from the number and length of
+    the series), as on the command line.
+
+    Args:
+        preset: A preset name or JSON config path of task "timeseries".
+        seed: The seed of every random draw (stem kernels, initialisation,
+            batches).
+        ensemble_size: Voting members (None: the recipe's).
+        epochs: Passes over the training series (None: the recipe's updates).
+        batch_size: Series per update (None: the recipe's).
+        time_budget_minutes: Wall-clock minutes the whole fit plans to (None:
+            none).
+        model_overrides: Model fields over the preset's (`{"num_layers": 1}`).
+        run_dir: Where `fit` trains its run; a run there is replaced
+            (anything else there is refused).  None: a temporary folder the
+            estimator owns, removed when the estimator is collected or
+            fitted again (`save` copies the run out).
+        verbose: 0 says nothing; otherwise a line per epoch.
+
+    Attributes (after `fit` or `load`):
+        classes_: The labels, sorted; `predict_proba`'s columns.
+        n_channels_: The channels a series has.
+        run_dir_: The run directory trained (or loaded).
+        model_: Its Keras model (a `TransformerClassifier` or `ClassifierEnsemble`).
+        metrics_: Its `metrics.json` (`test_accuracy` is on the training
+            series: the run has no test file).
+    """
+
+    def __init__(self, preset="timeseries", seed=0, ensemble_size=None, epochs=None,
+                 batch_size=None, time_budget_minutes=None, model_overrides=None,
+                 run_dir=None, verbose=0):
+        self.preset = preset
+        self.seed = seed
+        self.ensemble_size = ensemble_size
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.time_budget_minutes = time_budget_minutes
+        self.model_overrides = model_overrides
+        self.run_dir = run_dir
+        self.verbose = verbose
+
+    # --- training -----------------------------------------------------------
+
+    def training_config(self, train_file):
+        """The `TrainingConfig` `fit` trains: the preset, the parameters given
+        (not None) over it, and `train_file` as its only training file."""
+        values = read_preset(self.preset)
+        values.pop("_comment", None)
+        if values.get("task") != "timeseries":
+            raise ValueError(f"preset={self.preset!r} is not a series preset (its task is "
+                             f"{values.get('task', 'translation')!r}, not 'timeseries').")
+        given = {name: getattr(self, name) for name in (
+            "seed", "ensemble_size", "epochs", "batch_size", "time_budget_minutes")}
+        given = {name: value for name, value in given.items() if value is not None}
+        if self.model_overrides is not None:
+            if not isinstance(self.model_overrides, dict):
+                raise ValueError("model_overrides must be a dict of model fields; received "
+                                 f"model_overrides={self.model_overrides!r}.")
+            given["model_overrides"] = {**values.get("model_overrides", {}),
+                                        **self.model_overrides}
+        values.update(given, train_files=[os.fspath(train_file)], test_files=[])
+        sources = {name: f"SeriesClassifier({name}=...)" for name in given}
+        return TrainingConfig.from_dict(values, sources=sources)
+
+    def fit(self, X, y):
+        """Trains the recipe on series `X` and labels `y`; returns self.
+
+        Raises:
+            ValueError: For a bad `X` or `y` (`as_series`, `as_labels`) or a
+                bad parameter, in one line naming it.
+        """
+        series = as_series(X)
+        classes, ids = as_labels(y, len(series))
+        self._release()
+        work = tempfile.mkdtemp(prefix="series-classifier-")
+        try:
+            staged = os.path.join(work, DATA_FILE)
+            write_ts(staged, series, ids, _file_label_names(classes))
+            config = self.training_config(staged)
+            run_dir = (os.path.join(work, "run") if self.run_dir is None
+                       else os.path.abspath(os.fspath(self.run_dir)))
+            train(config, run_dir, overwrite=True, verbose="auto" if self.verbose else 0)
+            data = os.path.join(run_dir, "data")
+            os.makedirs(data, exist_ok=True)
+            shutil.move(staged, os.path.join(data, DATA_FILE))
+            atomic_write_json(os.path.join(data, ESTIMATOR_FILE), {
+                "classes": classes.tolist(), "classes_dtype": classes.dtype.str,
+                "n_channels": int(series.shape[2]), "params": _json_params(self),
+            })
+            _record_data_path(run_dir, run_dir)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        if self.run_dir is None:  # the run lives in `work`, removed with the estimator
+            self._finalizer = weakref.finalize(self, shutil.rmtree, work, True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        self._use_run(run_dir)
+        return self
+
+    def _release(self):
+        """Removes the temporary folder of a previous `fit`, if it owns one."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+            self._finalizer = None
+
+    def _use_run(self, run_dir):
+        run = load_run(run_dir)
+        if run.config.get("task") != "timeseries":
+            raise ValueError(f"run_dir={run_dir!r} is a run of task {run.config.get('task')!r}, "
+                             "not 'timeseries'.")
+        record_path = os.path.join(run_dir, "data", ESTIMATOR_FILE)
+        if os.path.isfile(record_path):
+            record = read_json(record_path, f"run_dir={run_dir!r}")
+            self.classes_ = np.asarray(record["classes"], dtype=np.dtype(record["classes_dtype"]))
+            self.n_channels_ = int(record["n_channels"])
+        else:  # a run of the command line: its labels as text
+            self.classes_ = np.asarray(run.label_names)
+            self.n_channels_ = int(run.model.num_features)
+        self.run_dir_ = os.fspath(run_dir)
+        self.model_ = run.model
+        self.metrics_ = run.metrics
+        self._serving = run.serving
+
+    # --- answers -------------------------------------------------------------
+
+    def predict_proba(self, X):
+        """Class probabilities `(n_series, n_classes)`, columns in `classes_` order."""
+        check_is_fitted(self)
+        series = as_series(X)
+        if series.shape[2] != self.n_channels_:
+            raise ValueError(f"X has {series.shape[2]} channel(s) but the classifier was "
+                             f"fitted on {self.n_channels_} (n_channels_={self.n_channels_}).")
+        parts = [
+            self._serving.outputs(self.model_, list(series[start:start + PREDICT_BATCH]))
+            ["probabilities"]
+            for start in range(0, len(series), PREDICT_BATCH)
+        ]
+        return np.concatenate(parts).astype(np.float64)
+
+    def predict(self, X):
+        """The most probable label of each series, from `classes_`."""
+        probabilities = self.predict_proba(X)  # NotFittedError before fit
+        return self.classes_[probabilities.argmax(axis=1)]
+
+    # --- run directories -----------------------------------------------------
+
+    def save(self, path):
+        """Writes the fitted run as the run directory `path` (a new folder).
+
+        It loads with `training.runs.run_dir.load_run`, exports as any run
+        (`python -m export saved-model --run-dir PATH --output DIR`) and
+        comes back with `SeriesClassifier.load(path)`.
+
+        Raises:
+            FileExistsError: If `path` exists.
+        """
+        check_is_fitted(self)
+        path = os.path.abspath(os.fspath(path))
+        if os.path.lexists(path):
+            raise FileExistsError(f"path={path!r} exists; save writes a new run directory: "
+                                  "choose another path or remove it.")
+        with atomic_directory(path) as staged:
+            shutil.copytree(self.run_dir_, staged, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".lock"))
+            if os.path.isfile(os.path.join(staged, "data", ESTIMATOR_FILE)):
+                _record_data_path(staged, path)
+        return path
+
+    @classmethod
+    def load(cls, run_dir):
+        """A fitted estimator of a run directory: one `save` or `fit` wrote
+        (labels and parameters restored: a `fit` of it trains where the
+        original would), or a `timeseries` run of the command line (labels
+        as its `labels.json` text, default parameters)."""
+        run_dir = os.path.abspath(os.fspath(run_dir))
+        record_path = os.path.join(run_dir, "data", ESTIMATOR_FILE)
+        params = {}
+        if os.path.isfile(record_path):
+            params = read_json(record_path, f"run_dir={run_dir!r}").get("params", {})
+        estimator = cls(**params)
+        estimator._use_run(run_dir)
+        return estimator
+
+
+def _json_params(estimator):
+    """The parameters, as `estimator.json` keeps them (a path as text)."""
+    params = estimator.get_params()
+    if params["run_dir"] is not None:
+        params["run_dir"] = os.fspath(params["run_dir"])
+    return params
+
+
+def _record_data_path(folder, run_dir):
+    """Names `run_dir/data/TRAIN.ts` as the training file in `folder`'s
+    `config.json` and `run.json` (the run trained from a copy written
+    elsewhere, the same bytes), then records its files again (`finish_run`)."""
+    data_file = os.path.join(run_dir, "data", DATA_FILE)
+    config_path = os.path.join(folder, "config.json")
+    config = read_json(config_path, f"run_dir={run_dir!r}")
+    trained_from = config["train_files"][0]
+    config["train_files"] = [data_file]
+    atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True))
+    marker_path = os.path.join(folder, MARKER)
+    marker = read_json(marker_path, f"run_dir={run_dir!r}")
+    for record in marker.get("inputs", ()):
+        if record.get("file") == trained_from:
+            record["file"] = data_file
+    atomic_write_json(marker_path, marker)
+    finish_run(folder)
