@@ -62,6 +62,9 @@ setup(
             # benchmarks/bench_series_recipe.py: MultiRocket (MultiRocketClassifier).
             "aeon>=1.0",
         ],
+        # training/estimator.py: SeriesClassifier, the series recipe as a
+        # scikit-learn estimator (clone, GridSearchCV).
+        "sklearn": ["scikit-learn>=1.4"],
         # python -m export ctranslate2 (export/ctranslate2.py): OpenNMT's C++
         # inference engine, imported only there.
         "ctranslate2": ["ctranslate2>=4.5,<5"],
