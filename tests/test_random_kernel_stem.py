@@ -179,6 +179,34 @@ def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
         np.testing.assert_array_equal(old, keras.ops.convert_to_numpy(new))
 
 
+def test_the_task_computes_each_members_fixed_features_once_and_the_model_reads_them_alike():
+    """The training series' tokens come from stems adapted once (`FixedStems`);
+    the model's stems take their weights, so each cached token equals what the
+    model's own stem makes of the raw series, and the model answers alike from
+    either; mixup (which mixes raw series) and the patch stem cache nothing."""
+    task = get_task("timeseries")
+    config = load_config("timeseries",
+                         ['train_files=["x.txt"]', "ensemble_size=2", "stem_windows=4",
+                          "stem_kernel_features=200", "series_level_features=true"])
+    data = _data()
+    config = task.resolve_config(config, data)
+    task.prepare(config, data, None, write=False)
+    model = task.build_model(config, data)
+    x, _ = next(iter(task.make_dataset(config, data.train, training=True)))
+    assert task.fixed_stems.features_of(data.train[0]) is task.fixed_stems.features_of(data.valid[0])
+    for member, fixed in zip(model.members, x["stem_features"], strict=True):
+        own = member.stem.fixed_features(x["features"])
+        for key in ("tokens", "mask", "statistics"):
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(own[key]),
+                                       keras.ops.convert_to_numpy(fixed[key]), atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)),
+                               keras.ops.convert_to_numpy(model(x["features"])), atol=1e-5)
+    for options in (["mixup_alpha=0.2"], ["series_stem=patches", "patch_length=8"]):
+        other = load_config("timeseries", ['train_files=["x.txt"]', *options])
+        task.prepare(task.resolve_config(other, data), data, None, write=False)
+        assert task.fixed_stems is None
+
+
 def test_the_stem_runs_on_the_jax_backend():
     if importlib.util.find_spec("jax") is None:
         pytest.skip("JAX is not installed; `pip install -e '.[dev]'` installs it")

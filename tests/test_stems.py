@@ -115,6 +115,13 @@ def test_random_kernel_series_stem_tokens_are_its_windows(tmp_path):
     stem.adapt(_series(batch=6, features=1, length=24, seed=1))
     assert np.any(ops.convert_to_numpy(stem.kernel_stem.biases) != 0)
     assert np.all(ops.convert_to_numpy(stem.level_features.statistic_mean) != 0)
+    # Its part without trainable weights, computed once (as a training loop
+    # caches it) and given back, makes the same tokens as the series do.
+    fixed = stem.stem_features(x, batch_size=1)
+    assert sorted(fixed) == ["mask", "statistics", "tokens"] and fixed["tokens"].shape == (2, 4, 168)
+    for whole, batched in zip(_numpy(stem({"features": x, "stem_features": fixed})), _numpy(stem(x)),
+                              strict=True):
+        np.testing.assert_allclose(whole, batched, atol=1e-6)
     plain = RandomKernelSeriesStem(**{**options, "series_level_features": False})
     with pytest.raises(ValueError, match="series_level_features=True"):
         plain.adapt_level_features(x)

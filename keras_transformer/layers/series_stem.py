@@ -25,6 +25,12 @@ from keras_transformer.layers.validation import (
 )
 
 
+def _series_shape(input_shape):
+    """The shape of the series `(B, T, F)`, also where they come with their
+    fixed features (`{"features": ..., "stem_features": ...}`)."""
+    return input_shape["features"] if isinstance(input_shape, dict) else input_shape
+
+
 class SeriesStem(keras.layers.Layer):
     """What the numeric stems share: series in, tokens of d_model and their mask out.
 
@@ -57,7 +63,10 @@ class SeriesStem(keras.layers.Layer):
             token (needs `standardize_series`).
 
     Call arguments:
-        inputs: `features` `(B, T, F)`, NaN-padded.
+        inputs: `features` `(B, T, F)`, NaN-padded; or `{"features": x,
+            "stem_features": fixed}`, the series with their
+            `fixed_features` already computed (`stem_features`): the
+            tokens come from `fixed`, the same as from `x`.
 
     Returns:
         `(tokens, mask)`: `(B, T', hidden_dim)` and boolean `(B, T')`, True
@@ -133,16 +142,18 @@ class SeriesStem(keras.layers.Layer):
         return length
 
     def compute_output_spec(self, inputs):
-        batch, length, _ = inputs.shape
+        series = inputs["features"] if isinstance(inputs, dict) else inputs
+        batch, length, _ = series.shape
         count = self.token_count(length)
         return (keras.KerasTensor((batch, count, self.hidden_dim), dtype=self.compute_dtype),
                 keras.KerasTensor((batch, count), dtype="bool"))
 
     def build(self, input_shape):
+        input_shape = _series_shape(input_shape)
         width = self.token_width(input_shape[-1])
         self.feature_projection.build((None, None, width))
         self.position_encoding.build((None, None, self.hidden_dim))
-        if self.level_features is not None:
+        if self.level_features is not None and not self.level_features.built:  # or adapted
             self.level_features.build((None, 1, 2 * input_shape[-1]))
         self.built = True
 
@@ -156,15 +167,48 @@ class SeriesStem(keras.layers.Layer):
             return self.series_norm(features), None  # mean 0, std 1 over T, NaN -> 0
         return fill_missing(features), None  # missing -> the feature's mean, padding -> 0
 
-    def call(self, inputs):
+    def fixed_features(self, inputs):
+        """The part of the stem without trainable weights, `features` `(B, T, F)` ->
+        `{"tokens": (B, T', w), "mask": (B, T')}`, and with
+        `series_level_features` `"statistics"` `(B, 1, 2F)`.
+
+        It depends only on the series and the stem's fixed (adapted)
+        weights, so a training loop can compute it once per series and
+        feed it back: `call({"features": x, "stem_features": fixed})` is
+        `call(x)` without recomputing it (`stem_features`).
+        """
         lengths = series_lengths(inputs)  # (B,): padding is all-NaN steps at the end
         x, statistics = self.standardized(inputs)
-        x, mask = self.tokens(x, lengths)
-        x = self.feature_projection(x)  # (B, T', d): T' tokens
-        x = x + self.position_encoding(x)
+        tokens, mask = self.tokens(x, lengths)
+        fixed = {"tokens": tokens, "mask": mask}
         if statistics is not None:
-            x = x + self.level_features(statistics)  # (B, 1, d): the same for every token
-        return x, mask
+            fixed["statistics"] = statistics
+        return fixed
+
+    def embed(self, fixed):
+        """`fixed_features` -> `(tokens (B, T', d), mask (B, T'))`: the trainable part."""
+        x = self.feature_projection(fixed["tokens"])  # (B, T', d): T' tokens
+        x = x + self.position_encoding(x)
+        if self.level_features is not None:
+            # (B, 1, d): the series' level and scale, the same for every token
+            x = x + self.level_features(fixed["statistics"])
+        return x, fixed["mask"]
+
+    def call(self, inputs):
+        if isinstance(inputs, dict):  # the series with their fixed features computed
+            return self.embed(inputs["stem_features"])
+        return self.embed(self.fixed_features(inputs))
+
+    def stem_features(self, series, batch_size=256):
+        """`fixed_features` of `series` `(N, T, F)` (NaN-padded) as NumPy arrays,
+        `batch_size` series at a time: what a training loop computes once."""
+        series = np.asarray(series, np.float32)
+        parts = [
+            {k: keras.ops.convert_to_numpy(v)
+             for k, v in self.fixed_features(series[i:i + batch_size]).items()}
+            for i in range(0, len(series), batch_size)
+        ]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def adapt_level_features(self, series, batch_size=256):
         """Sets the `SeriesLevelFeatures`' standardization from the statistics
@@ -321,7 +365,8 @@ class RandomKernelSeriesStem(SeriesStem):
         return self.kernel_stem.num_windows
 
     def build(self, input_shape):
-        self.kernel_stem.build(input_shape)
+        if not self.kernel_stem.built:  # `adapt` may have built it
+            self.kernel_stem.build(_series_shape(input_shape))
         super().build(input_shape)
 
     def tokens(self, x, lengths):

@@ -9,6 +9,7 @@ from keras import ops
 from keras_transformer.models.pooled_classifier import (
     class_probabilities,
     classifier_loss,
+    has_stem_features,
     unmixed_logits,
 )
 
@@ -176,13 +177,28 @@ class ClassifierEnsemble(keras.Model):
             self.predict_function = None  # traced with the members averaged then
             self.test_function = None
 
+    def member_inputs(self, inputs, index):
+        """What member `index` reads of `inputs`: the inputs themselves, or of
+        series given with their stems' fixed features (one entry a member,
+        `stem_features`), the series with that member's own."""
+        if not has_stem_features(inputs):
+            return inputs
+        return {"features": inputs["features"], "stem_features": inputs["stem_features"][index]}
+
     def call(self, inputs, training=None):
         if training:
             # (B, k, K): compute_loss trains each member on its own loss.
-            return ops.stack([m(inputs, training=training) for m in self.members], axis=1)
-        logits = ops.stack([self.members[i](inputs, training=training)
+            return ops.stack([m(self.member_inputs(inputs, i), training=training)
+                              for i, m in enumerate(self.members)], axis=1)
+        logits = ops.stack([self.members[i](self.member_inputs(inputs, i), training=training)
                             for i in self.averaged_members], axis=1)
         return mean_probability_logits(logits, self.num_classes)
+
+    def stem_features(self, series, batch_size=256):
+        """Each member's stem's fixed features of `series` `(N, T, F)`, a tuple
+        (`SeriesStem.stem_features`): `{"features": series, "stem_features":
+        this}` trains and scores as `series` do, without recomputing them."""
+        return tuple(m.stem.stem_features(series, batch_size) for m in self.members)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         # Explicit super(): AutoGraph cannot resolve the zero-argument form,

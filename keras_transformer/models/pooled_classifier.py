@@ -27,6 +27,12 @@ def class_probabilities(logits, num_classes):
     return ops.softmax(logits, axis=-1)
 
 
+def has_stem_features(inputs):
+    """Whether `inputs` are series with their stem's fixed features computed:
+    `{"features": x, "stem_features": ...}` (`SeriesStem.fixed_features`)."""
+    return isinstance(inputs, dict) and "stem_features" in inputs
+
+
 def mixup_lambda(batch_size, alpha, seed):
     """float32 `(B,)`: lam ~ Beta(alpha, alpha), folded to [0.5, 1] so that
     each example stays the main one of its mix."""
@@ -101,11 +107,15 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
         # Validate before the functional graph casts float ids to int32.
         if self.vocabulary_size is not None:
             check_token_ids("token_ids", inputs)
-        if training and self.mixup_alpha:
+        mixes = bool(training and self.mixup_alpha)
+        if mixes or has_stem_features(inputs):
             # Run by the layers themselves: the mixing sits between the
-            # graph's pooling and its head.  The call context carries
-            # training=True to the dropouts.
+            # graph's pooling and its head, and a series stem given its
+            # fixed features skips the graph's first layers.  The call
+            # context carries training=True to the dropouts.
             pooled = self._pooled_features(inputs)
+            if not mixes:
+                return self._head(pooled)
             lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
             weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
             mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)

@@ -90,8 +90,9 @@ def _warn_truncated(count, total, max_sequence_length, what):
         warnings.warn(message, TruncationWarning, stacklevel=4)
 
 
-def _series_dataset(inputs, labels, max_sequence_length):
-    """Numbers (N, T) or (N, T, F) -> dataset of ({"features": (T, F)}, label).
+def _series_dataset(inputs, labels, max_sequence_length, stem_features=None):
+    """Numbers (N, T) or (N, T, F) -> dataset of ({"features": (T, F)}, label),
+    and `"stem_features"` (their rows of `stem_features`) where given.
 
     NaN is a missing value, or padding after a series' last known step
     (`keras_transformer.layers.series_masking`); a series is truncated when
@@ -124,7 +125,14 @@ def _series_dataset(inputs, labels, max_sequence_length):
         f"series of {longest} steps at most",
     )
     features = features[:, : min(max_sequence_length, longest)]  # (N, T', F)
-    return tf.data.Dataset.from_tensor_slices(({"features": features}, labels))
+    inputs = {"features": features}
+    if stem_features is not None:
+        rows = {len(a) for a in tf.nest.flatten(stem_features)}
+        if rows != {len(features)}:
+            raise ValueError(f"stem_features must have one row a series ({len(features)}); "
+                             f"received rows {sorted(rows)}.")
+        inputs["stem_features"] = stem_features
+    return tf.data.Dataset.from_tensor_slices((inputs, labels))
 
 
 def _check_common(num_inputs, num_labels, max_sequence_length, names):
@@ -338,6 +346,7 @@ def make_classification_dataset(
     pad_to_length=None,
     drop_remainder=False,
     sample_weight=None,
+    stem_features=None,
 ):
     """Builds `({"token_ids"} or {"features"}, labels)` batches, and sample
     weights third where `sample_weight` is given.
@@ -363,6 +372,11 @@ def make_classification_dataset(
         drop_remainder: Drop the last incomplete batch.
         sample_weight: Optional float weights of each example, (N,) or
             (N, k) (e.g. one column per ensemble member), for token inputs.
+        stem_features: For numeric series, their stem's fixed features
+            computed once (`SeriesStem.stem_features`, a dict of arrays of N
+            rows, or a tuple of them, one a member of an ensemble): each
+            batch's inputs then hold them as `"stem_features"` beside
+            `"features"`, in the same order.
 
     Returns:
         A prefetched `tf.data.Dataset` of `({"token_ids": int32 (B, T)}, int32
@@ -385,8 +399,10 @@ def make_classification_dataset(
             )
         if sample_weight is not None:
             raise ValueError("sample_weight is supported for token inputs only.")
-        dataset = _series_dataset(inputs, labels, max_sequence_length)
+        dataset = _series_dataset(inputs, labels, max_sequence_length, stem_features)
     else:
+        if stem_features is not None:
+            raise ValueError("stem_features apply to numeric series, not to token inputs.")
 
         tokenize = classification_tokenize(tokenizer, max_sequence_length)
         columns = (tf.constant(list(inputs), tf.string), labels)

@@ -16,7 +16,12 @@ from training.recipe import series
 from training.serving.task_serving import ClassifierServing
 from training.tasks import classifiers
 from training.tasks.base import Task
+from training.tasks.common import preset_config
 from training.tasks.options import SeriesOptions
+
+#: The most memory one split's stem features may take (every member's, float32);
+#: past it the model's stems compute them batch by batch.
+STEM_CACHE_BYTES = 1024**3
 
 #: The readers of series files by suffix (after any ".gz"); others are UCR.
 SERIES_READERS = {".ts": series_files.read_ts, ".csv": series_files.read_series_csv}
@@ -158,6 +163,17 @@ class SeriesClassification(Task):
 
     # --- data -------------------------------------------------------------------
 
+    def prepare(self, config, data, run_dir, write=True):
+        """The class names (`Task.prepare`), then each member's fixed stem:
+        the "random_kernels" stem has no trainable weights before its
+        projection (`SeriesStem.fixed_features`: the kernels, the biases
+        adapted to the training series), so each split's series are turned
+        into its tokens once (`FixedStems`, when `make_dataset` first
+        reads the split) rather than at every update; `build_model` gives
+        the model's stems the same fixed weights."""
+        super().prepare(config, data, run_dir, write)
+        self.fixed_stems = FixedStems.for_data(config, data)
+
     def load_data(self, config, run_dir):
         if config.train_files:
             x, y, names = read_series_file(config.train_files[0], "train file")
@@ -192,9 +208,11 @@ class SeriesClassification(Task):
             # The stem's tokens are windows of each series' own length: a
             # longer test series is read whole, not cut to the training's T.
             length = max(length, int(np.shape(split[0])[1]))
+        fixed = getattr(self, "fixed_stems", None)
         dataset = datasets.make_classification_dataset(
             split[0], split[1], max_sequence_length=length,
             batch_size=config.batch_size, seed=config.seed, shuffle=shuffle, repeat=repeat,
+            stem_features=None if fixed is None else fixed.features_of(split[0]),
         )
         num_classes = config.num_classes or len(self.label_names or ()) or int(max(split[1]) + 1)
         if training:
@@ -203,10 +221,11 @@ class SeriesClassification(Task):
             dataset = augment_series(dataset, num_classes, config.mixup_alpha, seed=config.seed)
         else:
             dataset = dataset.map(lambda x, y: (x, tf.one_hot(y, num_classes)))
-        return dataset.map(lambda x, y: (x["features"], y))
+        # The model reads series `(B, T, F)`, or series with their stems' fixed features.
+        return dataset.map(lambda x, y: (x if "stem_features" in x else x["features"], y))
 
     def batch_tokens(self, config, inputs, labels):
-        rows, length = inputs.shape[:2]
+        rows, length = inputs["features"].shape[:2] if isinstance(inputs, dict) else inputs.shape[:2]
         if config.series_stem == "random_kernels":
             return rows * config.stem_windows
         p = config.patch_length
@@ -221,11 +240,15 @@ class SeriesClassification(Task):
         "random_kernels" stem's biases, and with `series_level_features` the
         standardization of the series' level and scale."""
         x = data.train[0]
+        fixed = getattr(self, "fixed_stems", None)
 
         def member(m, num_classes, index, **name):
             stem = series_stem(config, m, x, index)
             model = classifiers.transformer_classifier(m, num_classes, stem, **name)
-            stem.adapt(x)
+            if fixed is None:
+                stem.adapt(x)
+            else:  # the stem its training series' tokens were computed with
+                fixed.give_weights(stem, index)
             return model
 
         return classifiers.build_classifier(config, data, member)
@@ -247,3 +270,64 @@ class SeriesClassification(Task):
 
     def serving(self):
         return ClassifierServing.for_series(self.label_names, self.name)
+
+
+class FixedStems:
+    """The members' "random_kernels" stems, adapted to the training series, and
+    the fixed features (`SeriesStem.fixed_features`) they make of each
+    split: computed once per series, where every update used to recompute
+    them for its batch (30 passes, up to five members).
+
+    The model's own stems take these stems' fixed weights (`give_weights`):
+    the same kernels, biases and statistics, so a cached token is the one
+    the model computes from the raw series, as a served request does.  Not
+    made for the "patches" stem (its tokens cost nothing) or with
+    `mixup_alpha` (mixup mixes the raw series, whose features then differ);
+    a split whose features would pass `STEM_CACHE_BYTES` is read raw.
+    """
+
+    def __init__(self, stems):
+        self.stems = stems
+        self._splits = []  # [(series array, features)], the arrays held
+
+    @classmethod
+    def for_data(cls, config, data):
+        """The members' stems adapted to `data`'s training series, or None
+        where no split is cached (above)."""
+        if config.series_stem != "random_kernels" or config.mixup_alpha:
+            return None
+        x = data.train[0]
+        m = preset_config(config)
+        stems = [series_stem(config, m, x, i) for i in range(config.ensemble_size or 1)]
+        for stem in stems:
+            stem.adapt(x)
+        return cls(stems)
+
+    def features_of(self, series):
+        """The fixed features of `series` `(N, T, F)`: a dict of arrays (one
+        member) or a tuple of them (`ClassifierEnsemble.stem_features`),
+        computed once per array object; None past `STEM_CACHE_BYTES`."""
+        for array, features in self._splits:
+            if array is series:
+                return features
+        kernels = self.stems[0].kernel_stem
+        size = 4 * len(series) * kernels.num_windows * kernels.num_outputs * len(self.stems)
+        if size > STEM_CACHE_BYTES:
+            return None
+        features = tuple(stem.stem_features(series) for stem in self.stems)
+        features = features[0] if len(self.stems) == 1 else features
+        self._splits.append((series, features))
+        return features
+
+    def give_weights(self, stem, index):
+        """Gives `stem` (member `index`'s, built) the fixed weights of this
+        member's stem: the kernels, their biases and statistics, and the level
+        features' standardization."""
+        targets = stem.non_trainable_weights
+        sources = self.stems[index].non_trainable_weights
+        names = ([w.path.split("/")[-2:] for w in targets],
+                 [w.path.split("/")[-2:] for w in sources])
+        if names[0] != names[1]:
+            raise RuntimeError(f"Stems of different layouts: {names[0]} vs {names[1]}.")
+        for target, value in zip(targets, sources, strict=True):
+            target.assign(value)
