@@ -21,17 +21,35 @@ from training.config import load_config
 from training.runs.run_dir import load_run
 from training.train import train
 
-# A two-epoch toy run with a checkpoint every 3 updates, deterministic.
+# A two-epoch run of a small Kim CNN on a tiny labelled file, a checkpoint
+# every 3 updates, deterministic: a vocabulary, checkpoints, selection and a
+# final evaluation like any run, at the cost of the cheapest model that has
+# them (a translation run's greedy decoding is traced again by every resume).
 OVERRIDES = [
     "epochs=2",
-    "toy_train_size=120",
-    "toy_eval_size=16",
-    "eval_sentences=0",
-    "beam_size=1",
+    "batch_size=8",
+    "ensemble_size=1",
+    "cross_fit=false",
+    "char_ngram_buckets=0",
+    "mixup_alpha=0",
+    "min_word_count=1",
     "checkpoint_every_steps=3",
-    "tokens_per_batch=192",
     "deterministic=true",
 ]
+WORDS = (("good", "great", "fine", "warm"), ("bad", "dull", "poor", "cold"))
+
+
+def _labelled_file(path, count, seed):
+    """`count` lines `label<TAB>text`, each class saying its own words among shared ones."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(count):
+        words = [*rng.choice(WORDS[i % 2], 3), *rng.choice(["the", "a", "film", "plot"], 3)]
+        lines.append(f"{'pos' if i % 2 else 'neg'}\t{' '.join(rng.permutation(words))}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
 #: Crash points resumed: every write of these files, before and after,
 #: then points spread over the rest (the checkpoints', scores', plan's ...).
 WRITTEN = ("config.json", "vocab/vocab.txt", "checkpoints/resume/LATEST", "model.keras",
@@ -106,7 +124,9 @@ def _resume(config, copy, reference):
 def crashed_run(tmp_path_factory):
     """(config, the uninterrupted run's weights, its crash images): one tiny run."""
     tmp_path = tmp_path_factory.mktemp("crash")
-    config = load_config("tiny", OVERRIDES)
+    files = [f'train_files=["{_labelled_file(tmp_path / "train.tsv", 64, 0)}"]',
+             f'test_files=["{_labelled_file(tmp_path / "test.tsv", 16, 1)}"]']
+    config = load_config("text_classification", [*files, *OVERRIDES])
     run_dir = tmp_path / "run"
     images = CrashImages(run_dir, tmp_path / "images")
     with pytest.MonkeyPatch.context() as patched:
