@@ -52,12 +52,14 @@ with its own stem biases), and
 at most `STEM_MAX_POSITIONS` = 512 outputs per channel compared with the
 biases (every 3rd of ACSF1's 1460 steps: 0.900 / 0.910 in ~48 CPU seconds
 against 0.880 / 0.910 in ~79); the preset adds no mixup (the evidence:
-docs/experiment-log.md, 2026-11-28).  Each pass of the stem
-compares every step of every series with ~2000 biases, so its updates are
-the run's cost, and a member's cost is its stem work, U x B x min(T, 512)
-series-steps.  The members share a budget of 3.2 M series-steps, five
-times ArrowHead's 0.60 M: its five members take 33-55 s of training and
-test on two idle cores (one model: 8-10 s), and vote ArrowHead to 0.911
+docs/experiment-log.md, 2026-11-28).  The rule below was set when every
+update recomputed the stem for its batch, each pass comparing every step
+of every series with ~2000 biases, so that a member's cost was its stem
+work, U x B x min(T, 512) series-steps; since 2026-11-29 each series'
+tokens are computed once (`training.tasks.series_classification.FixedStems`)
+and a member costs its updates (five members 20-31 s of training and test
+on two idle cores, one model 6-8 s).  The members share a budget of 3.2 M
+series-steps, five times ArrowHead's 0.60 M, and vote ArrowHead to 0.911
 against one model's 0.897, GunPoint to 0.982 against 0.978 (seeds 0-2).
 Where two members would exceed it (OSULeaf's 4.1 M a member, ACSF1's
 2.5 M) one model trains; the short series of JapaneseVowels (0.28 M)
