@@ -182,6 +182,28 @@ def test_save_and_load_give_the_same_answers(fitted, tmp_path):
         fitted.save(path)
 
 
+def test_a_pickled_fitted_estimator_answers_the_same_from_its_own_copy(fitted):
+    """pickle (and joblib, deepcopy) carries the trained run itself: the copy
+    answers the same from a folder of its own, removed when it is collected."""
+    import copy
+    import gc
+    import pickle
+
+    x, _ = easy_series(10, seed=4)
+    clone = pickle.loads(pickle.dumps(fitted))
+    assert clone.run_dir_ != fitted.run_dir_ and clone.get_params() == fitted.get_params()
+    assert clone.classes_.tolist() == fitted.classes_.tolist()
+    np.testing.assert_array_equal(clone.predict_proba(x), fitted.predict_proba(x))
+    assert load_run(clone.run_dir_).config["train_files"][0].startswith(clone.run_dir_)
+    folder = os.path.dirname(clone.run_dir_)
+    del clone
+    gc.collect()
+    assert not os.path.exists(folder)
+    np.testing.assert_array_equal(copy.deepcopy(fitted).predict(x), fitted.predict(x))
+    unfitted = pickle.loads(pickle.dumps(SeriesClassifier(seed=3)))
+    assert unfitted.get_params()["seed"] == 3 and not hasattr(unfitted, "classes_")
+
+
 def test_load_reads_a_run_of_the_command_line(fitted, tmp_path):
     """A `timeseries` run without the estimator's record: labels from its labels.json."""
     path = fitted.save(tmp_path / "saved")

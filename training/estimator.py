@@ -31,9 +31,11 @@ one known value.  Labels are any sortable values (strings, integers);
 follow it.
 """
 
+import io
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 import weakref
 
@@ -314,6 +316,40 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         self.model_ = run.model
         self.metrics_ = run.metrics
         self._serving = run.serving
+
+    # --- pickling -------------------------------------------------------------
+
+    def __getstate__(self):
+        """The parameters and, once fitted, the run directory's files (a tar in
+        memory): `pickle`, `joblib.dump` and `copy.deepcopy` carry the
+        trained run, not a path to a folder another process may not have."""
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_finalizer", "model_", "_serving", "run_dir_")}
+        if hasattr(self, "run_dir_"):
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w") as archive:
+                archive.add(self.run_dir_, arcname="run",
+                            filter=lambda member: None if member.name.endswith("/.lock") else member)
+            state["_run_archive"] = buffer.getvalue()
+        return state
+
+    def __setstate__(self, state):
+        """A fitted estimator's run is unpacked into a temporary folder it owns
+        (removed with it, as `fit`'s own), then loaded as `load` does."""
+        state = dict(state)
+        archive = state.pop("_run_archive", None)
+        self.__dict__.update(state)
+        if archive is None:
+            return
+        work = tempfile.mkdtemp(prefix="series-classifier-")
+        self._finalizer = weakref.finalize(self, shutil.rmtree, work, True)
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
+            # The "data" filter (Python 3.10.12+) refuses links and paths out of `work`.
+            tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        run_dir = os.path.join(work, "run")
+        if os.path.isfile(os.path.join(run_dir, "data", ESTIMATOR_FILE)):
+            _record_data_path(run_dir, run_dir)
+        self._use_run(run_dir)
 
     # --- answers -------------------------------------------------------------
 
