@@ -46,7 +46,12 @@ from sklearn.utils.validation import check_is_fitted
 from training.config import TrainingConfig, read_preset
 from training.data.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from training.data.readers import read_json
-from training.data.series_files import pad_series, ts_label, write_ts
+from training.data.series_files import (
+    check_series_values,
+    pad_series,
+    ts_label,
+    write_ts,
+)
 from training.runs.run_dir import MARKER, finish_run, load_run
 from training.train import train
 
@@ -97,7 +102,9 @@ def as_series(X, what="X"):
             raise ValueError(f"{layouts}, with at least one series, channel and step; "
                              f"received {what} of shape {array.shape}.")
         series = _float32(array, what).transpose(0, 2, 1)
-    _check_values(series, what)
+    # An infinite value, or one beyond float32's range; a series of NaN only.
+    check_series_values(series, lambda i: f"{what}[{i}]",
+                        infinite="an infinite value or one beyond float32's range")
     return series
 
 
@@ -127,25 +134,6 @@ def _series_array(x, what, layouts):
 def _float32(array, what):
     with np.errstate(over="ignore"):
         return array.astype(np.float32)
-
-
-def _check_values(series, what):
-    """Refuses an infinite value (or one beyond float32's range) and a series of NaN only."""
-    infinite = np.isinf(series).any(axis=(1, 2))
-    if infinite.any():
-        i = int(np.flatnonzero(infinite)[0])
-        raise ValueError(
-            f"{what}[{i}] holds an infinite value or one beyond float32's range "
-            f"({int(infinite.sum())} of {len(series)} series hold some); write a missing "
-            "value as NaN."
-        )
-    empty = np.isnan(series).all(axis=(1, 2))
-    if empty.any():
-        i = int(np.flatnonzero(empty)[0])
-        raise ValueError(
-            f"{what}[{i}] has no known value (every value is NaN; {int(empty.sum())} of "
-            f"{len(series)} series are so); leave it out."
-        )
 
 
 def as_labels(y, num_series):

@@ -40,6 +40,31 @@ _MISSING = ("?", "nan")
 _CSV_HEADER = ("series_id", "channel", "label")
 
 
+def check_series_values(x, series_name, missing="NaN", infinite="an infinite value"):
+    """Refuses a series `(N, T, F)` without any known value, or with an infinite one.
+
+    NaN is a missing value or, after a series' last known step, padding; a
+    series of NaN only has no step to read, and an infinite value is no
+    measurement.  `series_name(i)` names series i (0-based) in the one-line
+    message (a file and line, an argument and index); `missing` says how
+    a missing value is written there, `infinite` what counts as infinite.
+    """
+    infinite_rows = np.isinf(x).any(axis=(1, 2))
+    if infinite_rows.any():
+        i = int(np.flatnonzero(infinite_rows)[0])
+        raise ValueError(
+            f"{series_name(i)} holds {infinite} ({int(infinite_rows.sum())} of {len(x)} "
+            f"series hold some); write a missing value as {missing}."
+        )
+    empty = np.isnan(x).all(axis=(1, 2))
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(
+            f"{series_name(i)} has no known value (every value is {missing}; "
+            f"{int(empty.sum())} of {len(x)} series are so); leave it out."
+        )
+
+
 def series_suffix(path):
     """The suffix that names a file's format, lowercase: ".ts" of "a.TS" and "a.ts.gz"."""
     name = os.path.basename(os.fspath(path)).lower()

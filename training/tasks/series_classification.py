@@ -51,32 +51,9 @@ def read_series_file(path, what):
         x, y, names = readers.read_ucr(path)
     else:
         x, y, names, _ = reader(path)
-    check_series_values(x, f"{what} {os.fspath(path)!r}")
+    where = f"{what} {os.fspath(path)!r}"
+    series_files.check_series_values(x, lambda i: f"{where}: series {i + 1}", missing="NaN or '?'")
     return x, y, names
-
-
-def check_series_values(x, where):
-    """Refuses a series without any known value, or an infinite value, naming `where`.
-
-    NaN is a missing value or, after a series' last known step, padding;
-    a series of NaN only has no step to read, and an infinite value is no
-    measurement (`training.pipeline.datasets` refuses both too, without
-    naming the file).
-    """
-    infinite = np.isinf(x).any(axis=(1, 2))
-    if infinite.any():
-        i = int(np.flatnonzero(infinite)[0])
-        raise ValueError(
-            f"{where}: series {i + 1} holds an infinite value ({int(infinite.sum())} of "
-            f"{len(x)} series hold some); write a missing value as NaN or '?'."
-        )
-    empty = np.isnan(x).all(axis=(1, 2))
-    if empty.any():
-        i = int(np.flatnonzero(empty)[0])
-        raise ValueError(
-            f"{where}: series {i + 1} has no known value (every value is NaN or '?'; "
-            f"{int(empty.sum())} of {len(x)} series are so); leave it out."
-        )
 
 
 def series_stem(config, m, x, index=0):
