@@ -59,6 +59,14 @@ def test_scores_are_recorded_and_last_k_plus_best_k_are_kept(tmp_path):
     assert _kept(tmp_path) == [2, 3, 5, 6]  # best 2 (epochs 2, 3) + last 2
 
 
+def test_keep_zero_scores_every_epoch_and_saves_no_weights(tmp_path):
+    """A run that keeps its last weights (`selection="last"`) reads no epoch's
+    checkpoint: it still scores each epoch (early stopping), but writes none."""
+    _run(tmp_path, [1.0, 3.0, 2.9], keep=0)
+    assert sorted(selection.read_scores(tmp_path)) == [1, 2, 3]
+    assert _kept(tmp_path) == []
+
+
 def test_early_stopping_after_patience_epochs(tmp_path):
     model = _run(tmp_path, [1.0, 3.0, 6.0, 7.0, 8.0, 9.0], patience=2)
     assert sorted(selection.read_scores(tmp_path)) == [1, 2, 3, 4]

@@ -431,7 +431,9 @@ def _build_session(config, run, planner):
     callbacks = [checkpoint, *task.callbacks(config, model, data, run.logs_dir)]
     callbacks += [
         selection.EpochScores(
-            run.run_dir, monitor, mode, config.keep_epoch_checkpoints,
+            run.run_dir, monitor, mode,
+            # A run that keeps its last weights reads no epoch's: none is saved.
+            0 if config.selection == "last" else config.keep_epoch_checkpoints,
             config.early_stopping_patience, is_chief=run.role.is_chief,
         ),
         LearningRateLogger(),

@@ -65,7 +65,8 @@ class EpochScores(keras.callbacks.Callback):
         run_dir: the run directory.
         monitor: a key of the epoch logs, e.g. "val_bleu", "val_accuracy".
         mode: "max" or "min" (a "min" value is stored negated).
-        keep: k.
+        keep: k; 0 saves no epoch's weights (what a run that keeps its last
+            weights, `selection="last"`, does: it never reads them).
         patience: epochs without improvement before stopping (0: never).
         is_chief: only the chief writes.
     """
@@ -88,7 +89,8 @@ class EpochScores(keras.callbacks.Callback):
                 f"({sorted(logs or {})})."
             )
         if self.is_chief:
-            save_model_weights(self.model, epoch_checkpoint(self.run_dir, epoch + 1))
+            if self.keep:
+                save_model_weights(self.model, epoch_checkpoint(self.run_dir, epoch + 1))
             scores = read_scores(self.run_dir)
             scores[epoch + 1] = self.sign * float(logs[self.monitor])
             _write_scores(self.run_dir, scores)
@@ -97,7 +99,8 @@ class EpochScores(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def _prune(self, scores):
-        kept = set(sorted(scores)[-self.keep :]) | set(best_epochs(scores, self.keep))
+        kept = set(sorted(scores)[-self.keep :] if self.keep else ()) | set(
+            best_epochs(scores, self.keep))
         for epoch in scores:
             path = epoch_checkpoint(self.run_dir, epoch)
             if epoch not in kept and os.path.isfile(path):
