@@ -25,10 +25,16 @@ from keras_transformer.layers.validation import (
 )
 
 
-def _series_shape(input_shape):
-    """The shape of the series `(B, T, F)`, also where they come with their
-    fixed features (`{"features": ..., "stem_features": ...}`)."""
-    return input_shape["features"] if isinstance(input_shape, dict) else input_shape
+def has_stem_features(inputs):
+    """Whether `inputs` are series with their stem's fixed features computed:
+    `{"features": x, "stem_features": ...}` (`SeriesStem.fixed_features`)."""
+    return isinstance(inputs, dict) and "stem_features" in inputs
+
+
+def _series(inputs):
+    """The series `(B, T, F)` of `inputs` (or their shape), also where they come
+    with their fixed features (`has_stem_features`)."""
+    return inputs["features"] if has_stem_features(inputs) else inputs
 
 
 class SeriesStem(keras.layers.Layer):
@@ -142,14 +148,13 @@ class SeriesStem(keras.layers.Layer):
         return length
 
     def compute_output_spec(self, inputs):
-        series = inputs["features"] if isinstance(inputs, dict) else inputs
-        batch, length, _ = series.shape
+        batch, length, _ = _series(inputs).shape
         count = self.token_count(length)
         return (keras.KerasTensor((batch, count, self.hidden_dim), dtype=self.compute_dtype),
                 keras.KerasTensor((batch, count), dtype="bool"))
 
     def build(self, input_shape):
-        input_shape = _series_shape(input_shape)
+        input_shape = _series(input_shape)
         width = self.token_width(input_shape[-1])
         self.feature_projection.build((None, None, width))
         self.position_encoding.build((None, None, self.hidden_dim))
@@ -195,7 +200,7 @@ class SeriesStem(keras.layers.Layer):
         return x, fixed["mask"]
 
     def call(self, inputs):
-        if isinstance(inputs, dict):  # the series with their fixed features computed
+        if has_stem_features(inputs):
             return self.embed(inputs["stem_features"])
         return self.embed(self.fixed_features(inputs))
 
@@ -366,7 +371,7 @@ class RandomKernelSeriesStem(SeriesStem):
 
     def build(self, input_shape):
         if not self.kernel_stem.built:  # `adapt` may have built it
-            self.kernel_stem.build(_series_shape(input_shape))
+            self.kernel_stem.build(_series(input_shape))
         super().build(input_shape)
 
     def tokens(self, x, lengths):

@@ -6,10 +6,10 @@ import numbers
 import keras
 from keras import ops
 
+from keras_transformer.layers.series_stem import has_stem_features
 from keras_transformer.models.pooled_classifier import (
     class_probabilities,
     classifier_loss,
-    has_stem_features,
     unmixed_logits,
 )
 
@@ -193,12 +193,6 @@ class ClassifierEnsemble(keras.Model):
         logits = ops.stack([self.members[i](self.member_inputs(inputs, i), training=training)
                             for i in self.averaged_members], axis=1)
         return mean_probability_logits(logits, self.num_classes)
-
-    def stem_features(self, series, batch_size=256):
-        """Each member's stem's fixed features of `series` `(N, T, F)`, a tuple
-        (`SeriesStem.stem_features`): `{"features": series, "stem_features":
-        this}` trains and scores as `series` do, without recomputing them."""
-        return tuple(m.stem.stem_features(series, batch_size) for m in self.members)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         # Explicit super(): AutoGraph cannot resolve the zero-argument form,

@@ -10,6 +10,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.series_stem import has_stem_features
 from keras_transformer.layers.validation import check_token_ids
 from keras_transformer.models._serialization import with_dtype_policy
 from keras_transformer.models._xla_dropout import XLADropoutMixin
@@ -25,12 +26,6 @@ def class_probabilities(logits, num_classes):
     if num_classes == 1:
         return ops.sigmoid(logits)
     return ops.softmax(logits, axis=-1)
-
-
-def has_stem_features(inputs):
-    """Whether `inputs` are series with their stem's fixed features computed:
-    `{"features": x, "stem_features": ...}` (`SeriesStem.fixed_features`)."""
-    return isinstance(inputs, dict) and "stem_features" in inputs
 
 
 def mixup_lambda(batch_size, alpha, seed):

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.layers import PatchStem, RandomKernelSeriesStem
+from keras_transformer.layers.series_stem import has_stem_features
 from training.data import readers, series_files, synthetic_series
 from training.data.common import TaskData, require_file
 from training.pipeline import datasets
@@ -199,10 +200,10 @@ class SeriesClassification(Task):
         else:
             dataset = dataset.map(lambda x, y: (x, tf.one_hot(y, num_classes)))
         # The model reads series `(B, T, F)`, or series with their stems' fixed features.
-        return dataset.map(lambda x, y: (x if "stem_features" in x else x["features"], y))
+        return dataset.map(lambda x, y: (x if has_stem_features(x) else x["features"], y))
 
     def batch_tokens(self, config, inputs, labels):
-        rows, length = inputs["features"].shape[:2] if isinstance(inputs, dict) else inputs.shape[:2]
+        rows, length = (inputs["features"] if has_stem_features(inputs) else inputs).shape[:2]
         if config.series_stem == "random_kernels":
             return rows * config.stem_windows
         p = config.patch_length
@@ -282,7 +283,7 @@ class FixedStems:
 
     def features_of(self, series):
         """The fixed features of `series` `(N, T, F)`: a dict of arrays (one
-        member) or a tuple of them (`ClassifierEnsemble.stem_features`),
+        member) or a tuple of them, one a member (`ClassifierEnsemble.member_inputs`),
         computed once per array object; None past `STEM_CACHE_BYTES`."""
         for array, features in self._splits:
             if array is series:
