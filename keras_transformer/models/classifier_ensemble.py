@@ -12,6 +12,7 @@ from keras_transformer.models.pooled_classifier import (
     classifier_loss,
     unmixed_logits,
 )
+from keras_transformer.models.stacked_members import stackable, stacked_member_logits
 
 
 def mean_probability_logits(member_logits, num_classes):
@@ -186,6 +187,15 @@ class ClassifierEnsemble(keras.Model):
         return {"features": inputs["features"], "stem_features": inputs["stem_features"][index]}
 
     def call(self, inputs, training=None):
+        if has_stem_features(inputs) and stackable(self.members):
+            # One network of k-stacked weights (`stacked_members`): the
+            # ops of one member, where the loop below traces k of each.
+            logits = stacked_member_logits(self.members, inputs["stem_features"], training)
+            if training:
+                return logits
+            if self.excluded_members:
+                logits = ops.take(logits, self.averaged_members, axis=1)
+            return mean_probability_logits(logits, self.num_classes)
         if training:
             # (B, k, K): compute_loss trains each member on its own loss.
             return ops.stack([m(self.member_inputs(inputs, i), training=training)
