@@ -6,9 +6,10 @@ timeseries` does up to `fit` (read, size the recipe, compute each member's
 stem features once, build, compile), then fits the recipe's updates with
 no callbacks and prints, for each variant, the seconds to the first update
 (the train step's tracing, mostly) and the milliseconds per update after
-it: the recipe's members and one, each with the preset's AdamW and with
-plain SGD (whose update is a few ops a variable), so that what the members
-and the optimizer cost can be told apart.
+it: the recipe's members and one, each with the preset's AdamW (fused,
+`training.optimization.fused_adam`), Keras' own AdamW and plain SGD (whose
+update is a few ops a variable), so that what the members and the
+optimizer cost can be told apart.
 
     python3 benchmarks/profile_series_step.py --train runs/uea/GunPoint/GunPoint_TRAIN.ts \\
         --test runs/uea/GunPoint/GunPoint_TEST.ts
@@ -25,6 +26,7 @@ import common  # first: quiets TensorFlow's start
 import keras
 
 from training.config import load_config
+from training.optimization.optimizer import build_optimizer
 from training.tasks import get_task
 
 
@@ -54,9 +56,10 @@ def profile(train_file, test_file, members, optimizer, seed=0):
     keras.utils.set_random_seed(seed)
     model = task.build_model(config, data)
     loss, metrics = task.loss_and_metrics(config)
-    model.compile(optimizer=(keras.optimizers.SGD(1e-3) if optimizer == "sgd"
-                             else keras.optimizers.AdamW(1e-3, weight_decay=0.05)),
-                  loss=loss, metrics=metrics)
+    optimizers = {"sgd": lambda: keras.optimizers.SGD(1e-3),
+                  "keras_adamw": lambda: keras.optimizers.AdamW(1e-3, weight_decay=0.05),
+                  "adamw": lambda: build_optimizer(1e-3, 0.05)}  # the preset's, fused
+    model.compile(optimizer=optimizers[optimizer](), loss=loss, metrics=metrics)
     model.optimizer.build(model.trainable_variables)
     updates = config.epochs * config.steps_per_epoch
     start = time.perf_counter()
@@ -77,7 +80,7 @@ def main():
     args = parser.parse_args()
     rows = []
     for members in (None, 1):
-        for optimizer in ("adamw", "sgd"):
+        for optimizer in ("adamw", "keras_adamw", "sgd"):
             row = profile(args.train, args.test, members, optimizer)
             rows.append(row)
             print(f"{row['members']} member(s), {row['optimizer']:5s}: first update after "

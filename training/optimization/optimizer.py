@@ -1,7 +1,6 @@
 """The schedule and optimizer of a run's recipe (`training.recipe.adaptive`)."""
 
-import keras
-
+from training.optimization.fused_adam import FusedAdam, FusedAdamW
 from training.optimization.schedule import (
     PAPER_BETA_1,
     PAPER_BETA_2,
@@ -23,11 +22,13 @@ def build_schedule(config, hidden_dim, recipe):
 def build_optimizer(schedule, weight_decay):
     """Adam with the paper's betas and epsilon; AdamW when `weight_decay`.
 
-    AdamW's decay skips biases and LayerNorm scales and offsets.
+    AdamW's decay skips biases and LayerNorm scales and offsets.  Both are
+    Keras' optimizers with one fused kernel a variable on TensorFlow
+    (`fused_adam`): the same update to float rounding, a fraction of the ops.
     """
     common = dict(beta_1=PAPER_BETA_1, beta_2=PAPER_BETA_2, epsilon=PAPER_EPSILON)
     if not weight_decay:
-        return keras.optimizers.Adam(schedule, **common)
-    optimizer = keras.optimizers.AdamW(schedule, weight_decay=weight_decay, **common)
+        return FusedAdam(schedule, **common)
+    optimizer = FusedAdamW(schedule, weight_decay=weight_decay, **common)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer
