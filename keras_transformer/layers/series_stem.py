@@ -25,6 +25,11 @@ from keras_transformer.layers.validation import (
 )
 
 
+#: A batch of `SeriesStem.stem_features`: 256 series of 512 steps of a
+#: random-kernel stem's 2016 features, in float32.
+FEATURE_BATCH_BYTES = 256 * 512 * 2016 * 4
+
+
 def has_stem_features(inputs):
     """Whether `inputs` are series with their stem's fixed features computed:
     `{"features": x, "stem_features": ...}` (`SeriesStem.fixed_features`)."""
@@ -204,10 +209,20 @@ class SeriesStem(keras.layers.Layer):
             return self.embed(inputs["stem_features"])
         return self.embed(self.fixed_features(inputs))
 
-    def stem_features(self, series, batch_size=256):
+    def stem_features(self, series, batch_size=None):
         """`fixed_features` of `series` `(N, T, F)` (NaN-padded) as NumPy arrays,
-        `batch_size` series at a time: what a training loop computes once."""
+        `batch_size` series at a time: what a training loop computes once.
+
+        `batch_size` None: at least 256, and as many more as keep a batch's
+        tokens before any reduction (T of `token_width` each a series,
+        `FEATURE_BATCH_BYTES` in all) as large as 256 series of 512 steps
+        would make them: short series go in a few large batches, whose
+        eager ops cost less than many small ones.
+        """
         series = np.asarray(series, np.float32)
+        if batch_size is None:
+            steps, width = series.shape[1], self.token_width(series.shape[2])
+            batch_size = max(256, FEATURE_BATCH_BYTES // max(1, 4 * steps * width))
         parts = [
             {k: keras.ops.convert_to_numpy(v)
              for k, v in self.fixed_features(series[i:i + batch_size]).items()}

@@ -23,6 +23,8 @@ from training.tasks.options import SeriesOptions
 #: The most memory one split's stem features may take (every member's, float32);
 #: past it the model's stems compute them batch by batch.
 STEM_CACHE_BYTES = 1024**3
+#: The smallest batch a validation or test pass reads (`make_dataset`).
+EVAL_BATCH_SIZE = 256
 
 #: The readers of series files by suffix (after any ".gz"); others are UCR.
 SERIES_READERS = {".ts": series_files.read_ts, ".csv": series_files.read_series_csv}
@@ -187,9 +189,13 @@ class SeriesClassification(Task):
             # longer test series is read whole, not cut to the training's T.
             length = max(length, int(np.shape(split[0])[1]))
         fixed = getattr(self, "fixed_stems", None)
+        # Scoring reads batches of at least EVAL_BATCH_SIZE: nothing in the
+        # model's answer to a series depends on the others in its batch, and
+        # a thousand test series in batches of 16 are 65 steps where 4 do.
+        batch_size = config.batch_size if training else max(config.batch_size, EVAL_BATCH_SIZE)
         dataset = datasets.make_classification_dataset(
             split[0], split[1], max_sequence_length=length,
-            batch_size=config.batch_size, seed=config.seed, shuffle=shuffle, repeat=repeat,
+            batch_size=batch_size, seed=config.seed, shuffle=shuffle, repeat=repeat,
             stem_features=None if fixed is None else fixed.features_of(split[0]),
         )
         num_classes = config.num_classes or len(self.label_names or ()) or int(max(split[1]) + 1)
