@@ -63,6 +63,12 @@ class ClassifierEnsemble(keras.Model):
       probabilities (`mean_probability_logits`), so `probabilities`, the
       evaluation loss and accuracy, the exporters and the verifiers see one
       classifier with the members' interface.
+    - Members that differ only in their weights (`stacked_members.stackable`:
+      `TransformerClassifier`s of one architecture on series stems), given
+      their stems' fixed features, run as one network whose weights are
+      stacked on a member axis (`stacked_member_logits`): the same logits
+      and gradients, from the ops of one member where the loop traces k.
+      Raw series, as a served request brings them, go through the loop.
     - `excluded_members`: members left out of that mean (they still train).
       Training sets it for a cross-fitted member that ends no better, on the
       examples it left out, than answering their most common class: a
