@@ -24,7 +24,6 @@ from keras_transformer.layers.validation import (
     check_positive_int,
 )
 
-
 #: A batch of `SeriesStem.stem_features`: 256 series of 512 steps of a
 #: random-kernel stem's 2016 features, in float32.
 FEATURE_BATCH_BYTES = 256 * 512 * 2016 * 4

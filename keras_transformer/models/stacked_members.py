@@ -25,7 +25,9 @@ from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.scaled_dot_product_attention import masked_softmax
 from keras_transformer.layers.series_stem import SeriesStem
-from keras_transformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_transformer.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
 
 
 def _config(member):
@@ -190,8 +192,8 @@ def stacked_member_logits(members, stem_features, training=None):
     first = members[0]
     x, mask = _embed(stem_features, [m.stem for m in members])
     x = first.embedding_dropout(x, training=training)
-    for i, block in enumerate(first.encoder_blocks):
-        x = _encoder_block(x, mask, [m.encoder_blocks[i] for m in members], training)
+    for blocks in zip(*(m.encoder_blocks for m in members), strict=True):
+        x = _encoder_block(x, mask, list(blocks), training)  # layer i of every member
     if first.encoder_norm is not None:
         x = _layer_norm(x, [m.encoder_norm for m in members])
     x = _pool(x, mask, first.pooling)  # (k, B, d)
