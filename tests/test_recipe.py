@@ -148,6 +148,19 @@ def test_a_first_plan_is_final_only_without_a_budget():
     assert unbudgeted.dropout_off_at() == 0 and unbudgeted.measured is None
 
 
+def test_a_plan_is_short_by_its_passes_not_its_epochs():
+    """A series recipe's epoch is a share of its updates, not a pass: 300
+    updates in one epoch over 9-batch passes are 33 passes and keep
+    dropout; the same updates counted as one epoch would be short."""
+    config = TrainingConfig(task="timeseries", epochs=1, checkpoint_every_steps=500)
+    one_epoch = budget.Budget.of(config, 300, steps_per_pass=9)
+    assert one_epoch.passes(300) == pytest.approx(300 / 9)
+    assert not one_epoch.short(300)
+    assert not one_epoch.first_plan(_recipe(total_steps=300), 2).dropout_off
+    assert budget.Budget.of(config, 300).short(300)  # no pass given: an epoch is one
+    assert budget.Budget.of(config, 300, steps_per_pass=120).short(300)  # 2.5 passes
+
+
 def test_calibration_sets_the_total_the_warmup_and_what_was_measured():
     planner = _budget()
     plan = planner.first_plan(_recipe(total_steps=10_000, warmup_steps=1000), 2)

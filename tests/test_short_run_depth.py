@@ -42,14 +42,19 @@ def _layers(run_dir):
 
 
 def test_which_runs_try_the_short_run_depth():
-    def applies(*overrides):
-        return _short_depth_applies(load_config("tiny", FAST + list(overrides)))
+    def applies(*overrides, steps_per_pass=None):
+        config = load_config("tiny", FAST + list(overrides))
+        return _short_depth_applies(config, budget.Budget.of(config, 10, steps_per_pass))
 
     assert not applies("epochs=1")  # no short_run_num_layers: the preset's depth
     assert applies("short_run_num_layers=1", "epochs=2")  # 2 passes < 3: short
     assert not applies("short_run_num_layers=1", "epochs=3")
     assert not applies("short_run_num_layers=1", "epochs=2", "dropout_min_epochs=2")
     assert not applies("short_run_num_layers=2", "epochs=1")  # the preset's depth anyway
+    # Passes, not epochs, where a recipe's epoch is not a pass: 2 epochs of
+    # 10 updates are 4 passes of 5, and 1 epoch of 10 is 0.5 pass of 20.
+    assert not applies("short_run_num_layers=1", "epochs=2", steps_per_pass=5)
+    assert applies("short_run_num_layers=1", "epochs=3", steps_per_pass=20)
     # A budget's passes are known only once timed: it always tries.
     assert applies("short_run_num_layers=1", "epochs=50", "time_budget_minutes=5")
 

@@ -86,12 +86,14 @@ class _Datasets:
     `train.skip(step)` yields exactly the batches an uninterrupted run saw
     (a streamed corpus's `from_step(step)`: the same, read from the start of
     the step's pass, `training.pipeline.streaming.PassLengths`).
-    An "epoch" is `steps_per_epoch` batches of it: the size of one pass.
+    An "epoch" is `steps_per_epoch` batches of it: the size of one pass,
+    unless the recipe sets another (`steps_per_pass` is a pass's).
     """
 
     train: tf.data.Dataset  # endless
     valid: tf.data.Dataset
     steps_per_epoch: int
+    steps_per_pass: int
     batch_tokens: float  # mean real tokens per batch (the peak's batch factor)
 
 
@@ -150,7 +152,7 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
             datasets = _datasets(config, task, data)
         run = _Run(task, data, datasets, run_dir, strategy, role, logs_dir)
         planner = _planner(config, run, resumed, watch)
-        config, probe = _choose_depth(config, planner.plan)
+        config, probe = _choose_depth(config, planner.plan, planner.budget)
         session = _build_session(config, run, planner)
         progress, verbose = _progress(session, run, planner, resumed, verbose, watch)
         with watch.phase("train"):
@@ -249,7 +251,8 @@ def _share_stream(data, strategy, run_dir, role, verbose):
 def _planner(config, run, resumed, watch):
     """The run's `TimeBudget`, with the plan a resumed run made."""
     return TimeBudget.for_run(config, watch, run.datasets.steps_per_epoch, run.run_dir,
-                              resumed, run.role.is_chief, run.task)
+                              resumed, run.role.is_chief, run.task,
+                              steps_per_pass=run.datasets.steps_per_pass)
 
 
 def _progress(session, run, planner, resumed, verbose, watch):
@@ -315,7 +318,7 @@ def _datasets(config, task, data):
         steps, batch_tokens = _first_pass(config, task, first_pass, len(data.train[1]))
     # A known cardinality lets Keras end validation without an "input ran
     # out of data" warning.
-    return _Datasets(stream, with_cardinality(valid), config.steps_per_epoch or steps,
+    return _Datasets(stream, with_cardinality(valid), config.steps_per_epoch or steps, steps,
                      batch_tokens)
 
 
@@ -371,7 +374,7 @@ def _first_pass(config, task, stream, num_examples):
 
 
 
-def _choose_depth(config, plan):
+def _choose_depth(config, plan, arithmetic):
     """(config of the depth the run builds first, the preset's depth or None).
 
     A resumed run builds the depth its plan records.  A fresh run may first
@@ -381,7 +384,7 @@ def _choose_depth(config, plan):
     """
     if plan is not None:  # a `Plan`, or the `DepthChoice` a run made before its last kill
         return _with_num_layers(config, plan.num_layers), None
-    if plan is None and _short_depth_applies(config):
+    if plan is None and _short_depth_applies(config, arithmetic):
         probe = None
         if config.time_budget_minutes is not None:
             probe = preset_config(config).num_layers
@@ -589,11 +592,12 @@ def _with_num_layers(config, num_layers):
     return config.replace(model_overrides={**config.model_overrides, "num_layers": int(num_layers)})
 
 
-def _short_depth_applies(config):
+def _short_depth_applies(config, arithmetic):
     """Whether a fresh run builds `short_run_num_layers` layers first.
 
     A budgeted run tries them and may go back to the preset's depth once
-    planned; a run of `epochs` passes knows at once whether it is short.
+    planned; a run of `epochs` epochs knows at once whether it is short
+    (`arithmetic`, the run's `Budget`, counts their passes).
     """
     if config.short_run_num_layers is None:
         return False
@@ -601,7 +605,7 @@ def _short_depth_applies(config):
         return False
     if config.time_budget_minutes is not None:
         return True
-    return config.epochs < config.dropout_min_epochs
+    return arithmetic.short(arithmetic.max_steps)
 
 
 def _segments(step, total_steps, steps_per_epoch):

@@ -78,15 +78,18 @@ class TimeBudget:
         self.is_chief = is_chief
 
     @classmethod
-    def for_run(cls, config, watch, steps_per_epoch, run_dir, resumed, is_chief, task):
-        """The budget of a run in `run_dir`, with the plan its `plan.json`
-        holds (the task's evaluation entries read as its `evaluation_plan_type`)."""
+    def for_run(cls, config, watch, steps_per_epoch, run_dir, resumed, is_chief, task,
+                steps_per_pass=None):
+        """The budget of a run in `run_dir` (passes of `steps_per_pass`
+        updates, None: an epoch), with the plan its `plan.json` holds (the
+        task's evaluation entries read as its `evaluation_plan_type`)."""
         path = os.path.join(run_dir, "plan.json")
         deadline = None
         if config.time_budget_minutes is not None and not resumed:
             deadline = Deadline(watch.started_at + 60 * config.time_budget_minutes)
         plan = read_plan(path, task.evaluation_plan_type())
-        return cls(Budget.of(config, steps_per_epoch), watch, plan, deadline, path, is_chief)
+        return cls(Budget.of(config, steps_per_epoch, steps_per_pass), watch, plan, deadline,
+                   path, is_chief)
 
     @property
     def max_steps(self):

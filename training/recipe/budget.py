@@ -127,6 +127,9 @@ class Budget:
         schedule: "auto" (the warm-up follows the planned updates) or "paper".
         warmup_steps: the config's warm-up (None: a share of the updates).
         checkpoint_every_steps: a checkpoint save every this many updates.
+        steps_per_pass: updates in one pass over the training data, where an
+            epoch is not one (a recipe's `steps_per_epoch`); None: an epoch
+            is a pass.
     """
 
     minutes: float | None
@@ -136,17 +139,30 @@ class Budget:
     schedule: str
     warmup_steps: int | None
     checkpoint_every_steps: int
+    steps_per_pass: int | None = None
 
     @classmethod
-    def of(cls, config, steps_per_epoch):
-        """The budget of `config` (its budget and recipe fields) at `steps_per_epoch`."""
+    def of(cls, config, steps_per_epoch, steps_per_pass=None):
+        """The budget of `config` (its budget and recipe fields) at
+        `steps_per_epoch`, with passes of `steps_per_pass` updates (None: an
+        epoch)."""
         return cls(config.time_budget_minutes, int(steps_per_epoch),
                    config.epochs * int(steps_per_epoch), config.dropout_min_epochs,
-                   config.schedule, config.warmup_steps, config.checkpoint_every_steps)
+                   config.schedule, config.warmup_steps, config.checkpoint_every_steps,
+                   None if steps_per_pass is None else int(steps_per_pass))
+
+    def passes(self, total_steps):
+        """Passes over the training data that `total_steps` updates make."""
+        return total_steps / (self.steps_per_pass or self.steps_per_epoch)
 
     def short(self, total_steps):
-        """True when `total_steps` make fewer than `dropout_min_epochs` passes."""
-        return bool(total_steps / self.steps_per_epoch < self.dropout_min_epochs)
+        """True when `total_steps` make fewer than `dropout_min_epochs` passes.
+
+        Passes, not epochs: a series recipe's epoch is a quarter of its
+        updates, whatever the passes (`training.recipe.series`), and what
+        dropout needs is the data seen several times.
+        """
+        return bool(self.passes(total_steps) < self.dropout_min_epochs)
 
     def calibration_steps(self):
         """Updates timed before planning."""
@@ -217,7 +233,7 @@ class Budget:
             self.steps_per_epoch, 0, measured.seconds_per_validation * cost_ratio,
             measured.seconds_reserved_for_final * cost_ratio, self.max_steps,
         )
-        passes = round(total / self.steps_per_epoch, 2)
+        passes = round(self.passes(total), 2)
         return not self.short(total), plan.with_measured(preset_depth_passes=passes)
 
     def revised(self, plan, seconds_per_step, seconds_to_final, done_steps):
