@@ -46,7 +46,7 @@ With the MiniRocket stem (`series_stem="random_kernels"`,
 `series_stem_recipe`) the tokens are fixed features of windows, and the
 encoder and head learn from them in far fewer updates: U = max(
 `STEM_MIN_UPDATES` = 300, `STEM_PASSES` = 30 passes) in `STEM_VALIDATIONS`
-= 4 epochs, no patches, the same batch rule, as many members as
+= 1 epoch, no patches, the same batch rule, as many members as
 `STEM_ENSEMBLE_WORK` allows (`stem_ensemble_size`, at most five, each
 with its own stem biases), and
 at most `STEM_MAX_POSITIONS` = 512 outputs per channel compared with the
@@ -81,11 +81,13 @@ ENSEMBLE_SIZE = 5
 ENSEMBLE_MAX_SERIES = 64
 STEM_MIN_UPDATES = 300
 STEM_PASSES = 30
-#: Epochs of a stem run.  Not one: a plan of fewer epochs than the config's
-#: `dropout_min_epochs` (3) trains without dropout (`training.recipe.budget`),
-#: and the preset's accuracy was measured with it (one epoch of the same 300
-#: updates, 2026-11-29: OSULeaf 0.937 against 0.946, seeds 0-2).
-STEM_VALIDATIONS = 4
+#: Epochs of a stem run: one validation, at its end.  The updates are the
+#: same in any number of epochs (the stream, schedule and dropout follow the
+#: global step), so more epochs only add validations and checkpoints (about
+#: 0.4 s each).  The short-run rule counts passes, not epochs
+#: (`training.recipe.budget.Budget.short`): one epoch of 300 updates is
+#: 30 or more passes, and keeps its dropout.
+STEM_VALIDATIONS = 1
 #: Stem work, in series-steps (updates x batch x compared steps), the members
 #: of a stem ensemble share: five of ArrowHead's 0.60 M each, and some room.
 STEM_ENSEMBLE_WORK = 3_200_000
@@ -164,8 +166,8 @@ def series_recipe(num_train, series_length, num_classes, num_features=1):
 
 
 def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
-    """`series_recipe` for the MiniRocket stem: U = max(300, 30 passes) in 4
-    epochs, `stem_ensemble_size` members, no patches.
+    """`series_recipe` for the MiniRocket stem: U = max(300, 30 passes) in one
+    epoch, `stem_ensemble_size` members, no patches.
 
     Args and returns as `series_recipe`; `patch_length` is 1 and
     `patch_stride` None (the stem makes one token a window).
