@@ -294,3 +294,17 @@ def test_fit_on_bucketed_batches_traces_the_train_step_once(toy):
     history = model.fit(dataset, epochs=2, **fit)
     assert len(traces) == first, "fit retraced the train step in later epochs"
     assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_an_in_memory_stream_is_not_autotuned():
+    """An endless stream of in-memory passes only gathers rows: autotuning
+    it tunes nothing, and its thread held the deletion of the iterator (the
+    end of each `fit`) for seconds.  A single pass keeps tf.data's default."""
+    series = np.random.default_rng(0).normal(size=(12, 16)).astype("float32")
+    labels = np.arange(12) % 3
+    stream = make_classification_dataset(series, labels, batch_size=4, repeat=True)
+    assert stream.options().autotune.enabled is False
+    assert next(iter(stream))[0]["features"].shape == (4, 16, 1)
+    one_pass = make_classification_dataset(series, labels, batch_size=4)
+    assert one_pass.options().autotune.enabled is not False
+
