@@ -308,3 +308,17 @@ def test_an_in_memory_stream_is_not_autotuned():
     one_pass = make_classification_dataset(series, labels, batch_size=4)
     assert one_pass.options().autotune.enabled is not False
 
+
+def test_a_known_size_is_taken_without_a_pass_and_an_unknown_one_is_counted():
+    from training.tasks.common import with_cardinality
+
+    def iterated(x):  # raises if a pass ever runs this map
+        return x + tf.cast(tf.debugging.check_numerics(tf.constant(np.nan), "iterated"),
+                           x.dtype)
+
+    known = tf.data.Dataset.range(10).batch(3).map(iterated)
+    assert int(with_cardinality(known).cardinality()) == 4
+    unknown = tf.data.Dataset.range(10).filter(lambda x: x % 2 == 0).batch(2)
+    assert int(unknown.cardinality()) < 0
+    counted = with_cardinality(unknown)
+    assert int(counted.cardinality()) == 3 and len(list(counted)) == 3

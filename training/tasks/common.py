@@ -68,5 +68,13 @@ def count_batches(dataset):
 
 
 def with_cardinality(dataset):
-    """`dataset` with its size known, so Keras ends a pass without a warning."""
+    """`dataset` with its size known, so Keras ends a pass without a warning.
+
+    Counted by a pass only where tf.data does not know it already (a
+    filter, a bucketing): a pass of a series test split's cached tokens is
+    a copy of them (0.24 s of ItalyPowerDemand's 330 MB).
+    """
+    size = int(dataset.cardinality())
+    if size >= 0:
+        return dataset
     return dataset.apply(tf.data.experimental.assert_cardinality(count_batches(dataset)))
