@@ -158,9 +158,10 @@ class Budget:
     def short(self, total_steps):
         """True when `total_steps` make fewer than `dropout_min_epochs` passes.
 
-        Passes, not epochs: a series recipe's epoch is a quarter of its
-        updates, whatever the passes (`training.recipe.series`), and what
-        dropout needs is the data seen several times.
+        Passes, not epochs: a recipe may size an epoch by its validations
+        rather than by the data (`training.recipe.series`: all of a stem
+        run's updates, 30 passes or more), and what dropout needs is the
+        data seen several times.
         """
         return bool(self.passes(total_steps) < self.dropout_min_epochs)
 
