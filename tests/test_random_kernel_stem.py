@@ -92,6 +92,23 @@ def test_max_positions_compares_every_sth_output():
     assert strided(x).shape == every(x).shape
 
 
+def test_each_kernels_biases_give_consecutive_outputs_counted_by_hand():
+    """Output k * nb + j of a dilation is kernel k's PPV at its bias j: the
+    stem compares one bias of every kernel at a time and stacks them."""
+    x = _series(n=3, t=32)
+    stem = RandomKernelStem(32, num_windows=2, num_kernel_features=504, max_dilations=2,
+                            seed=5)
+    stem.adapt(x)
+    assert stem.biases_per_kernel == 3 and len(stem.dilations) == 2
+    biases = keras.ops.convert_to_numpy(stem.biases)  # (D, 84, nb)
+    got = keras.ops.convert_to_numpy(stem.window_ppv(x))  # (3, 2, D * 84 * nb)
+    width = 84 * stem.biases_per_kernel
+    for d, h in enumerate(stem._convolutions(x)):
+        h = keras.ops.convert_to_numpy(h)  # (3, 32, 84): two windows of 16 steps
+        expected = (h[..., None] > biases[d]).reshape(3, 2, 16, -1).mean(axis=2)
+        np.testing.assert_allclose(got[..., d * width:(d + 1) * width], expected, atol=1e-7)
+
+
 def test_biases_from_data_are_deterministic_for_a_seed():
     x = _series()
 

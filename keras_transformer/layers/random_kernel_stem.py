@@ -187,9 +187,19 @@ class RandomKernelStem(keras.layers.Layer):
         for i, h in enumerate(self._convolutions(inputs)):
             if self.position_stride > 1:
                 h = h[:, :: self.position_stride]  # every s-th output: (B, ceil(T / s), 84)
-            positive = ops.cast(h[..., None] > biases[i], self.compute_dtype)  # (B, S, 84, nb)
-            positive = ops.reshape(positive, (ops.shape(h)[0], ops.shape(h)[1], -1))
-            features.append(ops.einsum("bsw,bsc->bwc", assign, positive) / counts)
+            # One bias of each kernel at a time: (B, S, 84) comparisons, summed
+            # over each window, then stacked (B, W, 84, nb) -> (B, W, 84 * nb).
+            # The same sums as comparing with a (B, S, 84, nb) broadcast, in
+            # less than half the time (a broadcast compare and cast is most
+            # of the stem's cost on short series).
+            columns = [
+                ops.einsum("bsw,bsc->bwc", assign,
+                           ops.cast(h > biases[i][:, j], self.compute_dtype))
+                for j in range(self.biases_per_kernel)
+            ]
+            window_sums = ops.stack(columns, axis=-1)
+            shape = ops.shape(window_sums)
+            features.append(ops.reshape(window_sums, (shape[0], shape[1], -1)) / counts)
         return ops.concatenate(features, axis=-1)
 
     def token_mask(self, inputs, lengths):
