@@ -59,7 +59,7 @@ work, U x B x min(T, 512) series-steps; since 2026-11-29 each series'
 tokens are computed once (`training.tasks.series_classification.FixedStems`)
 and a member costs its updates (five members 20-31 s of training and test
 on two idle cores, one model 6-8 s; since the members run as one stacked
-network, `keras_transformer.models.stacked_members`, and in one epoch, five take 8.5-16 s).  The members share a budget of 3.2 M
+network, `keras_transformer.models.stacked_members`, and in one epoch, five take 8-15 s).  The members share a budget of 3.2 M
 series-steps, five times ArrowHead's 0.60 M, and vote ArrowHead to 0.911
 against one model's 0.897, GunPoint to 0.982 against 0.978 (seeds 0-2).
 Where two members would exceed it (OSULeaf's 4.1 M a member, ACSF1's
