@@ -178,23 +178,13 @@ def _finish(dataset, num_examples, shuffle, seed, repeat, batch):
             lambda i: tf.nest.map_structure(lambda column: column[i], examples)
         ))
 
-    return tf.data.Dataset.counter().flat_map(one_pass).with_options(_IN_MEMORY_OPTIONS)
-
-
-def _in_memory_options():
-    """Options of a stream of examples held in memory: no autotuning.
-
-    Its passes only gather rows, so there is nothing to tune, and the
-    autotuner's thread held the deletion of an iterator over it (the end of
-    every `fit`) for 0.3-3.6 s in one run of three or four: a third of a
-    10-second series run (`benchmarks/bench_series_recipe.py`, 2026-11-29).
-    """
+    # Not autotuned: the passes only gather rows held in memory, so there is
+    # nothing to tune, and the autotuner's thread held the deletion of an
+    # iterator over the stream (the end of every `fit`) for 0.3-3.6 s in one
+    # run of three or four: a third of a 10-second series run (2026-11-29).
     options = tf.data.Options()
     options.autotune.enabled = False
-    return options
-
-
-_IN_MEMORY_OPTIONS = _in_memory_options()
+    return tf.data.Dataset.counter().flat_map(one_pass).with_options(options)
 
 
 def make_translation_dataset(
