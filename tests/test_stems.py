@@ -119,6 +119,13 @@ def test_random_kernel_series_stem_tokens_are_its_windows(tmp_path):
     # caches it) and given back, makes the same tokens as the series do.
     fixed = stem.stem_features(x, batch_size=1)
     assert sorted(fixed) == ["mask", "statistics", "tokens"] and fixed["tokens"].shape == (2, 4, 168)
+    # Backend tensors, not NumPy copies (tf.data copies a NumPy array); one
+    # batch of both series gives what two batches of one do.
+    whole = stem.stem_features(x)
+    assert all(ops.is_tensor(v) for v in (*fixed.values(), *whole.values()))
+    for key in fixed:
+        np.testing.assert_allclose(ops.convert_to_numpy(whole[key]),
+                                   ops.convert_to_numpy(fixed[key]), atol=1e-6)
     for whole, batched in zip(_numpy(stem({"features": x, "stem_features": fixed})), _numpy(stem(x)),
                               strict=True):
         np.testing.assert_allclose(whole, batched, atol=1e-6)

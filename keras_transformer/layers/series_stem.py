@@ -209,8 +209,11 @@ class SeriesStem(keras.layers.Layer):
         return self.embed(self.fixed_features(inputs))
 
     def stem_features(self, series, batch_size=None):
-        """`fixed_features` of `series` `(N, T, F)` (NaN-padded) as NumPy arrays,
-        `batch_size` series at a time: what a training loop computes once.
+        """`fixed_features` of `series` `(N, T, F)` (NaN-padded), `batch_size`
+        series at a time: what a training loop computes once.  The arrays
+        are the backend's tensors, not NumPy copies: `tf.data` takes a
+        TensorFlow tensor as it is, where it copies a NumPy array (1.2 s for
+        the 330 MB of a thousand short series' tokens for five members).
 
         `batch_size` None: at least 256, and as many more as keep a batch's
         tokens before any reduction (T of `token_width` each a series,
@@ -222,12 +225,11 @@ class SeriesStem(keras.layers.Layer):
         if batch_size is None:
             steps, width = series.shape[1], self.token_width(series.shape[2])
             batch_size = max(256, FEATURE_BATCH_BYTES // max(1, 4 * steps * width))
-        parts = [
-            {k: keras.ops.convert_to_numpy(v)
-             for k, v in self.fixed_features(series[i:i + batch_size]).items()}
-            for i in range(0, len(series), batch_size)
-        ]
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        parts = [self.fixed_features(series[i:i + batch_size])
+                 for i in range(0, len(series), batch_size)]
+        if len(parts) == 1:
+            return parts[0]
+        return {k: keras.ops.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def adapt_level_features(self, series, batch_size=256):
         """Sets the `SeriesLevelFeatures`' standardization from the statistics
