@@ -67,6 +67,20 @@ Where two members would exceed it (OSULeaf's 4.1 M a member, ACSF1's
 and ItalyPowerDemand (0.12 M) get five, 0.975 and 0.959 against one
 model's 0.956 and 0.955.
 
+Since the tokens are computed once, what a member costs is its updates'
+samples, U x B series of 8 tokens each, whatever T: five members of
+JapaneseVowels' 300 updates of 32 took 12-15 s of training and test.
+The members of an ensemble share `STEM_MEMBER_SAMPLES` = 16,000 samples,
+each training min(U, ceil(16,000 / (k x B))) updates: ArrowHead, GunPoint
+and BasicMotions (5 x 300 x 8 = 12,000) are unchanged, ItalyPowerDemand
+trains 200 updates of 16 and JapaneseVowels 100 of 32.  Chosen by a rule
+written before the runs (docs/experiment-log.md, "Members share their
+samples"): of 20,000, 16,000 and 12,000, the largest at which every seed of
+both sets trained and tested in 9 s and each kept its accuracy within a
+point.  Fewer members for about the same samples did worse on
+JapaneseVowels: two members of 300 updates (19,200 samples) 0.970, five of
+125 (20,000) 0.974.
+
 Fields the config sets win; only the ones left at None (null) take these.
 """
 
@@ -94,6 +108,12 @@ STEM_ENSEMBLE_WORK = 3_200_000
 #: The stem compares at most this many outputs per channel with its biases (every
 #: s-th of a longer series): the comparisons are most of a long series' cost.
 STEM_MAX_POSITIONS = 512
+#: Training samples (updates x batch) the members of a stem ensemble share:
+#: a member trains min(U, ceil(this / (k x B))) updates.  Their tokens are
+#: computed once, so a member costs its updates' samples (8 tokens each,
+#: whatever T): five of ArrowHead's 300 x 8 fit, and JapaneseVowels' five
+#: members train 100 updates of 32 where they trained 300.
+STEM_MEMBER_SAMPLES = 16_000
 
 
 def _positive_int(name, value):
@@ -167,19 +187,21 @@ def series_recipe(num_train, series_length, num_classes, num_features=1):
 
 def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
     """`series_recipe` for the MiniRocket stem: U = max(300, 30 passes) in one
-    epoch, `stem_ensemble_size` members, no patches.
+    epoch, `stem_ensemble_size` members, no patches; members of an
+    ensemble share `STEM_MEMBER_SAMPLES`: U = min(U, ceil(16,000 / (k x B))).
 
     Args and returns as `series_recipe`; `patch_length` is 1 and
     `patch_stride` None (the stem makes one token a window).
     """
     recipe = series_recipe(num_train, series_length, num_classes, num_features)
-    updates = max(STEM_MIN_UPDATES,
-                  STEM_PASSES * math.ceil(num_train / recipe["batch_size"]))
-    steps_per_epoch = math.ceil(updates / STEM_VALIDATIONS)
-    recipe.update(epochs=STEM_VALIDATIONS, steps_per_epoch=steps_per_epoch, patch_length=1,
-                  patch_stride=None,
-                  ensemble_size=stem_ensemble_size(STEM_VALIDATIONS * steps_per_epoch,
-                                                   recipe["batch_size"], series_length))
+    batch_size = recipe["batch_size"]
+    updates = max(STEM_MIN_UPDATES, STEM_PASSES * math.ceil(num_train / batch_size))
+    members = stem_ensemble_size(updates, batch_size, series_length)
+    if members > 1:
+        updates = min(updates, math.ceil(STEM_MEMBER_SAMPLES / (members * batch_size)))
+    recipe.update(epochs=STEM_VALIDATIONS,
+                  steps_per_epoch=math.ceil(updates / STEM_VALIDATIONS), patch_length=1,
+                  patch_stride=None, ensemble_size=members)
     return recipe
 
 
