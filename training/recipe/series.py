@@ -77,7 +77,10 @@ trains 200 updates of 16 and JapaneseVowels 100 of 32.  Chosen by a rule
 written before the runs (docs/experiment-log.md, "Members share their
 samples"): of 20,000, 16,000 and 12,000, the largest at which every seed of
 both sets trained and tested in 9 s and each kept its accuracy within a
-point.  Fewer members for about the same samples did worse on
+point.  A member still makes at least `STEM_MIN_MEMBER_PASSES` = 10
+passes over the training series (none of the benchmark's files reaches
+that floor; a larger file of short series would).  Fewer members for about
+the same samples did worse on
 JapaneseVowels: two members of 300 updates (19,200 samples) 0.970, five of
 125 (20,000) 0.974.
 
@@ -114,6 +117,12 @@ STEM_MAX_POSITIONS = 512
 #: whatever T): five of ArrowHead's 300 x 8 fit, and JapaneseVowels' five
 #: members train 100 updates of 32 where they trained 300.
 STEM_MEMBER_SAMPLES = 16_000
+#: ... but never fewer than this many passes over the training series a
+#: member: JapaneseVowels' 100 updates of 32 (11.9 passes) kept its
+#: accuracy within a point, 75 (8.9 passes) lost 1.4.  No benchmarked file
+#: reaches it; a larger file of short series would (1,000 of 24 steps:
+#: 4 members of 313 updates, not 125).
+STEM_MIN_MEMBER_PASSES = 10
 
 
 def _positive_int(name, value):
@@ -188,7 +197,8 @@ def series_recipe(num_train, series_length, num_classes, num_features=1):
 def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
     """`series_recipe` for the MiniRocket stem: U = max(300, 30 passes) in one
     epoch, `stem_ensemble_size` members, no patches; members of an
-    ensemble share `STEM_MEMBER_SAMPLES`: U = min(U, ceil(16,000 / (k x B))).
+    ensemble share `STEM_MEMBER_SAMPLES`: U = min(U, ceil(16,000 / (k x B))),
+    and at least `STEM_MIN_MEMBER_PASSES` = 10 passes, ceil(10 N / B).
 
     Args and returns as `series_recipe`; `patch_length` is 1 and
     `patch_stride` None (the stem makes one token a window).
@@ -198,7 +208,8 @@ def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
     updates = max(STEM_MIN_UPDATES, STEM_PASSES * math.ceil(num_train / batch_size))
     members = stem_ensemble_size(updates, batch_size, series_length)
     if members > 1:
-        updates = min(updates, math.ceil(STEM_MEMBER_SAMPLES / (members * batch_size)))
+        updates = max(min(updates, math.ceil(STEM_MEMBER_SAMPLES / (members * batch_size))),
+                      math.ceil(STEM_MIN_MEMBER_PASSES * num_train / batch_size))
     recipe.update(epochs=STEM_VALIDATIONS,
                   steps_per_epoch=math.ceil(updates / STEM_VALIDATIONS), patch_length=1,
                   patch_stride=None, ensemble_size=members)
