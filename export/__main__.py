@@ -1,8 +1,7 @@
 """`python -m export ...`: see cli/export_commands.py."""
 
-import sys
-
 from cli.export_commands import main
+from cli.process import exit_now
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -330,6 +330,30 @@ def test_real_process_exits_2_without_traceback(tmp_path):
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+def test_a_real_process_writes_all_it_printed_and_ends_with_mains_status():
+    """The entry points end with `os._exit` (`cli.process.exit_now`), skipping
+    Python's teardown: what a command printed to a pipe, block-buffered
+    here, is all there, and the status is its `main`'s."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    result = subprocess.run([sys.executable, "-m", "training", "presets"], env=env,
+                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == config_help.presets_help() + "\n"
+
+
+@pytest.mark.slow
+def test_the_export_process_exits_2_with_one_error_line(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    command = [sys.executable, "-m", "export", "saved-model", "--run-dir", str(tmp_path / "none"),
+               "--output", str(tmp_path / "x")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                            cwd=REPO_ROOT)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("error: No trained model") and "Traceback" not in result.stderr
+
+
 def test_a_bare_path_for_a_files_field_is_one_file():
     from training.config import load_config
 

@@ -1,7 +1,6 @@
 """`python -m training`: see cli/training_commands.py."""
 
-import sys
-
+from cli.process import exit_now
 from cli.training_commands import main
 
-sys.exit(main())
+exit_now(main())
