@@ -58,9 +58,10 @@ of every series with ~2000 biases, so that a member's cost was its stem
 work, U x B x min(T, 512) series-steps; since 2026-11-29 each series'
 tokens are computed once (`training.tasks.series_classification.FixedStems`)
 and a member costs its updates (five members 20-31 s of training and test
-on two idle cores, one model 6-8 s; since the members run as one stacked
-network, `keras_transformer.models.stacked_members`, and in one epoch, five take 8-15 s).  The members share a budget of 3.2 M
-series-steps, five times ArrowHead's 0.60 M, and vote ArrowHead to 0.911
+on two idle cores, one model 6-8 s; once the members ran as one stacked
+network, `keras_transformer.models.stacked_members`, and in one epoch,
+five took 8-15 s).  The members share a budget of 3.2 M series-steps,
+five times ArrowHead's 0.60 M, and vote ArrowHead to 0.911
 against one model's 0.897, GunPoint to 0.982 against 0.978 (seeds 0-2).
 Where two members would exceed it (OSULeaf's 4.1 M a member, ACSF1's
 2.5 M) one model trains; the short series of JapaneseVowels (0.28 M)
@@ -80,9 +81,8 @@ both sets trained and tested in 9 s and each kept its accuracy within a
 point.  A member still makes at least `STEM_MIN_MEMBER_PASSES` = 10
 passes over the training series (none of the benchmark's files reaches
 that floor; a larger file of short series would).  Fewer members for about
-the same samples did worse on
-JapaneseVowels: two members of 300 updates (19,200 samples) 0.970, five of
-125 (20,000) 0.974.
+the same samples did worse on JapaneseVowels: two members of 300 updates
+(19,200 samples) 0.970, five of 125 (20,000) 0.974.
 
 Fields the config sets win; only the ones left at None (null) take these.
 """
@@ -117,11 +117,11 @@ STEM_MAX_POSITIONS = 512
 #: whatever T): five of ArrowHead's 300 x 8 fit, and JapaneseVowels' five
 #: members train 100 updates of 32 where they trained 300.
 STEM_MEMBER_SAMPLES = 16_000
-#: ... but never fewer than this many passes over the training series a
-#: member: JapaneseVowels' 100 updates of 32 (11.9 passes) kept its
-#: accuracy within a point, 75 (8.9 passes) lost 1.4.  No benchmarked file
-#: reaches it; a larger file of short series would (1,000 of 24 steps:
-#: 4 members of 313 updates, not 125).
+#: The fewest passes over the training series a member of a stem ensemble
+#: makes, whatever `STEM_MEMBER_SAMPLES` allows: JapaneseVowels' 100 updates
+#: of 32 (11.9 passes) kept its accuracy within a point, 75 (8.9 passes)
+#: lost 1.4.  No benchmarked file reaches it; a larger file of short series
+#: would (1,000 of 24 steps: 4 members of 313 updates, not 125).
 STEM_MIN_MEMBER_PASSES = 10
 
 
