@@ -170,7 +170,7 @@ def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
     config = task.resolve_config(config, data)
     assert (config.patch_length, config.patch_stride) == (1, None)
     recipe = series_stem_recipe(36, 64, 3)
-    assert (recipe["epochs"], recipe["steps_per_epoch"], recipe["ensemble_size"]) == (1, 300, 5)
+    assert (recipe["epochs"], recipe["steps_per_epoch"], recipe["ensemble_size"]) == (1, 200, 5)
     # Members share 3.2 M series-steps of stem work (U x B x min(T, 512)):
     # ArrowHead's 300 x 8 x 251 five times; one model for OSULeaf-sized files
     # and for a few long series, which a rule by file size would give five.
@@ -183,14 +183,15 @@ def test_the_preset_uses_the_stem_and_trains_one_tiny_step():
     assert series_stem_recipe(1000, 64, 3)["steps_per_epoch"] == 30 * 32  # 30 passes
     # The members of an ensemble share 16,000 samples (updates x batch):
     # JapaneseVowels' five train 100 updates of 32, ItalyPowerDemand's 200 of
-    # 16; five of ArrowHead's 300 x 8 fit, and one model is not cut.  A
+    # 16; a member trains at most 200 updates, so ArrowHead's five train 200
+    # of 8 where one model would train 300, and one model is not cut.  A
     # member still makes 10 passes: 1,000 series of 24 steps, four members
     # of ceil(10 x 1000 / 32) = 313 updates, not 16,000 / (4 x 32) = 125.
     assert [(r["ensemble_size"], r["batch_size"], r["steps_per_epoch"])
             for r in (series_stem_recipe(n, t, 3) for n, t in ((270, 29), (67, 24), (36, 251),
                                                                 (200, 427), (1000, 64),
                                                                 (1000, 24)))] == [
-        (5, 32, 100), (5, 16, 200), (5, 8, 300), (1, 32, 300), (1, 32, 960), (4, 32, 313)]
+        (5, 32, 100), (5, 16, 200), (5, 8, 200), (1, 32, 300), (1, 32, 960), (4, 32, 313)]
     model = task.build_model(config, data)
     assert isinstance(model, ClassifierEnsemble)
     first, second = (m.stem.kernel_stem for m in model.members)
