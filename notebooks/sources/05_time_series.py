@@ -365,11 +365,11 @@ plt.show()
 
 # %% [markdown]
 # On ArrowHead the preset is a few points above MiniRocket, both above
-# 1-NN; over the five sets of `docs/results.md` the preset's mean is 0.6
-# points above MiniRocket's (0.943 against 0.937, seeds 0-2), over seven
-# sets 0.3 points above (0.956 against 0.953). MiniRocket takes about a
-# second; the preset, whose five members vote on ArrowHead, half a minute
-# or so on an idle 2-core machine: it trains networks on those features,
+# 1-NN; over the seven sets of `docs/results.md` (seeds 0-2) the preset's
+# mean is 0.955, MiniRocket's 0.953 and MultiRocket's 0.954.
+# MiniRocket takes about a second; the preset, whose five members vote on
+# ArrowHead, 7-10 s of training and test on an idle 2-core machine (15-19 s
+# with TensorFlow's start): it trains networks on those features,
 # and in return it is a Keras model that `python3 -m export` writes as a
 # SavedModel and a `.tflite` like every other task.
 #
