@@ -70,20 +70,20 @@ model's 0.956 and 0.955.
 
 Since the tokens are computed once, what a member costs is its updates'
 samples, U x B series of 8 tokens each, whatever T: five members of
-JapaneseVowels' 300 updates of 32 took 12-15 s of training and test.
-The members of an ensemble share `STEM_MEMBER_SAMPLES` = 16,000 samples,
-each training min(U, ceil(16,000 / (k x B))) updates: it left ArrowHead,
+JapaneseVowels' 300 updates of 32 took 12-15 s of training and test.  The
+members of an ensemble share `STEM_MEMBER_SAMPLES` = 16,000 samples, each
+training min(U, ceil(16,000 / (k x B))) updates: it left ArrowHead,
 GunPoint and BasicMotions (5 x 300 x 8 = 12,000) as they were (the cap
 below came later), ItalyPowerDemand trains 200 updates of 16 and
-JapaneseVowels 100 of 32.  Chosen by a rule
-written before the runs (docs/experiment-log.md, "Members share their
-samples"): of 20,000, 16,000 and 12,000, the largest at which every seed of
-both sets trained and tested in 9 s and each kept its accuracy within a
-point.  A member still makes at least `STEM_MIN_MEMBER_PASSES` = 10
-passes over the training series (none of the benchmark's files reaches
-that floor; a larger file of short series would).  Fewer members for about
-the same samples did worse on JapaneseVowels: two members of 300 updates
-(19,200 samples) 0.970, five of 125 (20,000) 0.974.
+JapaneseVowels 100 of 32.  Chosen by a rule written before the runs
+(docs/experiment-log.md, "Members share their samples"): of 20,000, 16,000
+and 12,000, the largest at which every seed of both sets trained and tested
+in 9 s and each kept its accuracy within a point.  A member still makes at
+least `STEM_MIN_MEMBER_PASSES` = 10 passes over the training series (none
+of the benchmark's files reaches that floor; a larger file of short series
+would).  Fewer members for about the same samples did worse on
+JapaneseVowels: two members of 300 updates (19,200 samples) 0.970, five of
+125 (20,000) 0.974.
 
 A member of an ensemble trains at most `STEM_MEMBER_MAX_UPDATES` = 200
 updates.  An update of five members costs about 10 ms however small its
@@ -212,10 +212,10 @@ def series_recipe(num_train, series_length, num_classes, num_features=1):
 
 def series_stem_recipe(num_train, series_length, num_classes, num_features=1):
     """`series_recipe` for the MiniRocket stem: U = max(300, 30 passes) in one
-    epoch, `stem_ensemble_size` members, no patches; members of an
-    ensemble share `STEM_MEMBER_SAMPLES`: U = min(U, 200, ceil(16,000 / (k x
-    B))) (`STEM_MEMBER_MAX_UPDATES`), and at least `STEM_MIN_MEMBER_PASSES`
-    = 10 passes, ceil(10 N / B).
+    epoch, `stem_ensemble_size` members, no patches.  A member of an
+    ensemble trains U = min(U, `STEM_MEMBER_MAX_UPDATES` = 200, ceil(16,000
+    / (k x B))) updates (the `STEM_MEMBER_SAMPLES` its members share), and
+    at least `STEM_MIN_MEMBER_PASSES` = 10 passes, ceil(10 N / B).
 
     Args and returns as `series_recipe`; `patch_length` is 1 and
     `patch_stride` None (the stem makes one token a window).
