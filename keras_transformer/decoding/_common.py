@@ -5,6 +5,7 @@ run unchanged on the TensorFlow and JAX backends (`tests/test_jax_backend.py`),
 eagerly, inside a `tf.function` and under XLA.
 """
 
+import keras
 from keras import ops
 
 from keras_transformer.layers._shapes import leading_shape
@@ -41,6 +42,30 @@ def resolve_max_length(model, encoder_token_ids, max_length=None):
             f"max_sequence_length={limit}; received max_length={max_length}."
         )
     return max_length
+
+
+def weights_read_once(model):
+    """A scope for a decoding loop's body: `model`'s variables read as values read here.
+
+    In a TensorFlow graph a variable read inside a `while_loop` body runs on
+    every step; a decoding step of a `Transformer` reads about sixty.  Read
+    once before the loop, each is a loop-invariant tensor that the steps
+    share.  Returns a callable that makes the scope (Keras'
+    `StatelessScope`, which maps each variable to its value, as
+    `stateless_call` does); the body runs `decode_step` inside it.  An
+    object without `variables` gets an empty scope.
+    """
+    pairs = [(variable, _read(variable)) for variable in getattr(model, "variables", ())]
+    return lambda: keras.StatelessScope(state_mapping=pairs)
+
+
+def _read(variable):
+    """The value of `variable` as a tensor: on TensorFlow `ops.copy` reads it
+    (its `value` is the `tf.Variable` itself, read again at every use);
+    elsewhere `value` already is an array."""
+    if keras.backend.backend() == "tensorflow":
+        return ops.copy(variable)
+    return variable.value
 
 
 def without_pad(scores, pad_id):

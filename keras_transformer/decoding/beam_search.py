@@ -10,6 +10,7 @@ from keras_transformer.decoding._common import (
     resolve_max_length,
     take_per_row,
     top_k_log_probs,
+    weights_read_once,
     write_position,
 )
 from keras_transformer.layers.validation import check_positive_int
@@ -156,6 +157,7 @@ def beam_search(
     static_entries = frozenset(getattr(model, "static_cache_entries", ()))
     # Row b * k + j of every other entry is beam j of sentence b: (B * k, ...).
     cache = _tile_cache(cache, k, static_entries)
+    weights_scope = weights_read_once(model)
 
     def cond(state):
         index = state["index"]
@@ -172,7 +174,8 @@ def beam_search(
         index, alive_ids = state["index"], state["alive_ids"]
         last_ids = ops.take(alive_ids, index, axis=2)  # (B, k)
         last_ids = ops.reshape(last_ids, (-1, 1))  # (B * k, 1)
-        logits, cache = model.decode_step(last_ids, state["cache"], index)
+        with weights_scope():
+            logits, cache = model.decode_step(last_ids, state["cache"], index)
         # The best 2k extensions of a sentence are among the best 2k tokens
         # of each of its beams (all V if fewer): rank per beam, then the k * c.
         c = min(2 * k, logits.shape[-1])

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_transformer.decoding._common import (
     resolve_max_length,
+    weights_read_once,
     without_pad,
     write_position,
 )
@@ -68,6 +69,7 @@ def greedy_search(
     batch = ops.shape(encoder_token_ids)[0]
     encoder_output = model.encode(encoder_token_ids, training=False)  # (B, S, d)
     cache = model.init_cache(encoder_token_ids, encoder_output, max_length)
+    weights_scope = weights_read_once(model)
 
     def cond(index, last_ids, token_ids, finished, cache):
         return ops.logical_and(
@@ -75,7 +77,8 @@ def greedy_search(
         )
 
     def body(index, last_ids, token_ids, finished, cache):
-        logits, cache = model.decode_step(last_ids, cache, index)  # (B, V)
+        with weights_scope():
+            logits, cache = model.decode_step(last_ids, cache, index)  # (B, V)
         # The most likely token: the log-softmax is the logits shifted per
         # row, so the argmax of the logits is the same and skips a pass over V.
         next_ids = ops.argmax(without_pad(logits, pad_id), axis=-1)  # (B,)
