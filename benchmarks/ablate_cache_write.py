@@ -2,7 +2,7 @@
 
 Same model and 32 sentences as `bench_decoding.py`, graph mode (no XLA),
 interleaved rounds in one process: greedy at 32/64/128 new tokens and beam 4
-at 64, each traced once with `kv_cache.write_cache` as shipped
+at 64, each traced once with `kv_cache.write_caches` as shipped
 and once with the `slice_update` it replaced.  Checks that both give the
 same tokens, then prints per-token cost 128 vs 32 and beam4/greedy for each.
 
@@ -38,16 +38,20 @@ def main():
     keras.utils.set_random_seed(0)
     model = Transformer(**SIZES)
     source = source_batch(8 if args.quick else 32)
-    shipped = kv_cache.write_cache
+    shipped = kv_cache.write_caches
+
+    def slice_writes(caches, news, index):
+        return tuple(slice_write(c, n, index) for c, n in zip(caches, news, strict=True))
+
     fns = {}
-    for tag, write in (("slice", slice_write), ("scatter", shipped)):
-        kv_cache.write_cache = write  # read when a function is traced (its first call)
+    for tag, write in (("slice", slice_writes), ("scatter", shipped)):
+        kv_cache.write_caches = write  # read when a function is traced (its first call)
         for n in (32, 64, 128):
             fns[f"{tag}_greedy_{n}"] = cached_greedy(model, n)
             fns[f"{tag}_greedy_{n}"](source)
         fns[f"{tag}_beam_64"] = cached_beam(model, 64)
         fns[f"{tag}_beam_64"](source)
-    kv_cache.write_cache = shipped
+    kv_cache.write_caches = shipped
     for name in ("greedy_128", "beam_64"):
         same = np.array_equal(fns[f"slice_{name}"](source).numpy(),
                               fns[f"scatter_{name}"](source).numpy())

@@ -6,10 +6,11 @@ read OpenNMT, fairseq, Marian or Hugging Face checkpoints, none of them a
 Keras model, so `export_ctranslate2` fills a `ctranslate2.specs.TransformerSpec`
 from our layers itself and saves it with CTranslate2's `Converter`:
 
-* attention: our fused `qkv_kernel` `(d_model, h, 2 d_k + d_v)` holds
-  [q | k | v] per head; CTranslate2 wants `(out, in)` matrices whose rows
-  are head-major, self-attention's stacked as all queries, all keys, all
-  values, cross-attention's as a query matrix and a fused key/value matrix.
+* attention: our kernels are `(in, h d)` matrices, heads side by side
+  (`MultiHeadAttention.projection_weights`); CTranslate2 wants their
+  transposes, `(out, in)`, self-attention's stacked as all queries, all
+  keys, all values, cross-attention's as a query matrix and a fused
+  key/value matrix.
 * post-LN (`pre_norm=False`), or pre-LN with the final `encoder_norm` /
   `decoder_norm`; the LayerNorm epsilon goes to `config.json`
   (`layer_norm_epsilon`; without it CTranslate2 would use 1e-5).
@@ -184,15 +185,15 @@ def check_representable(model, tokenizer=None):
                     f"CTranslate2 export cannot represent the {attention.scorer!r} attention "
                     f"scorer ({block.name}); it computes scaled dot-product attention only."
                 )
-            if not attention.use_bias or not attention._fused:
+            if not attention.use_bias:
                 raise ValueError(
-                    f"CTranslate2 export needs attention with biases and one fused query/key/value "
-                    f"kernel ({block.name}/{attention.name})."
+                    f"CTranslate2 export needs attention with biases ({block.name}/"
+                    f"{attention.name})."
                 )
-            if attention._head_key_dim != attention._head_value_dim:
+            if attention.head_key_dim != attention.head_value_dim:
                 raise ValueError(
                     "CTranslate2 export cannot represent key_dim != value_dim (received "
-                    f"key_dim={attention._head_key_dim}, value_dim={attention._head_value_dim}): "
+                    f"key_dim={attention.head_key_dim}, value_dim={attention.head_value_dim}): "
                     "its heads have one width."
                 )
     if tokenizer is not None:
@@ -231,24 +232,20 @@ def _layer_norm(spec, layer):
 
 
 def _attention(spec, attention, self_attention):
-    """Our fused kernels -> CTranslate2's `(out, in)` projections, heads major."""
-    kernel = _numpy(attention.qkv_kernel)  # (d_model, h, 2 d_k + d_v)
-    bias = _numpy(attention.qkv_bias)  # (h, 2 d_k + d_v)
-    d_model = kernel.shape[0]
-    dk = attention._head_key_dim
+    """Our `(in, h d)` projections -> CTranslate2's `(out, in)`, heads major."""
+    weights = {name: tuple(_numpy(w) for w in pair)
+               for name, pair in attention.projection_weights().items()}
 
-    def part(start, stop):
-        # (d_model, h, w) -> (h * w, d_model): row i * w + j is head i's column j.
-        return kernel[:, :, start:stop].reshape(d_model, -1).T, bias[:, start:stop].reshape(-1)
+    def stacked(*names):  # kernels side by side -> (sum of outs, in); biases joined
+        return (np.concatenate([weights[n][0] for n in names], axis=1).T,
+                np.concatenate([weights[n][1] for n in names]))
 
-    parts = [part(0, dk), part(dk, 2 * dk), part(2 * dk, kernel.shape[-1])]  # q, k, v
     if self_attention:
-        _linear(spec.linear[0], *(np.concatenate(p) for p in zip(*parts, strict=True)))
+        _linear(spec.linear[0], *stacked("query", "key", "value"))
     else:
-        _linear(spec.linear[0], *parts[0])
-        _linear(spec.linear[1], *(np.concatenate(p) for p in zip(*parts[1:], strict=True)))
-    output = _numpy(attention.output_kernel)  # (h, d_v, d_model)
-    _linear(spec.linear[-1], output.reshape(-1, output.shape[-1]).T, _numpy(attention.output_bias))
+        _linear(spec.linear[0], *stacked("query"))
+        _linear(spec.linear[1], *stacked("key", "value"))
+    _linear(spec.linear[-1], weights["output"][0].T, weights["output"][1])
 
 
 def _feed_forward(spec, feed_forward):
@@ -281,7 +278,7 @@ def build_spec(model, tokenizer):
     specs = ct2.specs
     check_representable(model, tokenizer)
     c = model.config
-    dk = model.encoder_blocks[0].self_attention._head_key_dim
+    dk = model.encoder_blocks[0].self_attention.head_key_dim
     common = dict(
         pre_norm=bool(c.normalize_first),
         activation=getattr(specs.common_spec.Activation, _ACTIVATIONS[str(c.activation).lower()]),

@@ -1,10 +1,11 @@
 """Our attention equals Keras' given the same weights; golden sinusoids; masked softmax.
 
-Keras' `MultiHeadAttention` keeps four `EinsumDense` layers; ours fuses the
-query, key and value kernels into one `qkv_kernel` of shape `(d, h, 2 d_k + d_v)`
-(concatenated on the last axis, in that order) whenever the widths agree.
-Copying Keras' weights into that layout must give the same outputs and
-weights, for every kind of mask (PEERS pain points 4 and 5).
+Keras' `MultiHeadAttention` keeps four `EinsumDense` layers with kernels
+`(d, h, d_k)`; ours keeps 2-D kernels `(d, h d_k)` (heads side by side) and
+fuses the query, key and value kernels into one `qkv_kernel` of shape
+`(d, h d_k + h d_k + h d_v)` (all queries, then keys, then values) whenever
+the widths agree.  Copying Keras' weights into that layout must give the
+same outputs and weights, for every kind of mask (PEERS pain points 4 and 5).
 
 Keras and we differ on purpose in one place: a query row whose keys are all
 masked (a padded query) gets zero weights in Keras and uniform weights here
@@ -59,14 +60,20 @@ def _attention_pair(query, value, key_dim=4, value_dim=3):
         reference._value_dense,
         reference._output_dense,
     )
-    if ours._fused:
-        ours.qkv_kernel.assign(np.concatenate([q.kernel, k.kernel, v.kernel], axis=-1))
-        ours.qkv_bias.assign(np.concatenate([q.bias, k.bias, v.bias], axis=-1))
+    def flat(dense):  # (d, h, k) -> (d, h k), (h, k) -> (h k,)
+        kernel = dense.kernel.numpy()
+        return kernel.reshape(kernel.shape[0], -1), dense.bias.numpy().reshape(-1)
+
+    if ours.fused:
+        kernels, biases = zip(*(flat(d) for d in (q, k, v)), strict=True)
+        ours.qkv_kernel.assign(np.concatenate(kernels, axis=-1))
+        ours.qkv_bias.assign(np.concatenate(biases, axis=-1))
     else:
         for name, dense in (("query", q), ("key", k), ("value", v)):
-            getattr(ours, f"{name}_kernel").assign(dense.kernel)
-            getattr(ours, f"{name}_bias").assign(dense.bias)
-    ours.output_kernel.assign(o.kernel)
+            kernel, bias = flat(dense)
+            getattr(ours, f"{name}_kernel").assign(kernel)
+            getattr(ours, f"{name}_bias").assign(bias)
+    ours.output_kernel.assign(o.kernel.numpy().reshape(-1, o.kernel.shape[-1]))
     ours.output_bias.assign(o.bias)
     return reference, ours
 
@@ -153,7 +160,7 @@ def test_cross_attention_matches_keras(value_width, rng):
     """T=4 queries over S=5 keys/values, with and without a value padding mask."""
     query, value = _float(rng, B, 4, D), _float(rng, B, 5, value_width)
     reference, ours = _attention_pair(query, value)
-    assert ours._fused == (value_width == D)
+    assert ours.fused == (value_width == D)
     for mask in (None, VALUE_MASK):
         want, want_w = reference(
             query, _keras_masked(value, mask), return_attention_scores=True
@@ -178,10 +185,8 @@ def test_additive_scorer_matches_keras_additive_attention(causal, rng):
     ours = MultiHeadAttention(num_heads=1, scorer="additive")
     ours(query, value)
     eye = np.eye(D, dtype="float32")
-    ours.qkv_kernel.assign(
-        np.concatenate([eye, eye, eye], -1)[:, None, :]
-    )  # (D, 1, 3D)
-    ours.output_kernel.assign(eye[None])  # (1, D, D)
+    ours.qkv_kernel.assign(np.concatenate([eye, eye, eye], -1))  # (D, 3D): one head
+    ours.output_kernel.assign(eye)  # (D, D)
     ours.score_weight.assign(scale[None])  # (1, D)
     assert not np.any(ours.qkv_bias.numpy()) and not np.any(ours.output_bias.numpy())
     value_mask = VALUE_MASK[:, : value.shape[1]]

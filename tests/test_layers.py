@@ -62,7 +62,7 @@ def test_multi_head_self_attention(init_kwargs, call_kwargs, tmp_path, rng):
         call_args=(0, 0),
         expected_output_shape=(B, T, D),
     )
-    assert layer._fused and hasattr(layer, "qkv_kernel")
+    assert layer.fused and hasattr(layer, "qkv_kernel")
     if call_kwargs.get("use_causal_mask"):
         # Position 0 may only attend to itself, whatever comes after it.
         y = x.copy()
@@ -101,7 +101,7 @@ def test_multi_head_cross_attention(init_kwargs, value_width, frozen_ok, tmp_pat
         expected_output_shape=(B, T, out_width),
         frozen_ok=frozen_ok,
     )
-    assert layer._fused == (value_width == D)
+    assert layer.fused == (value_width == D)
     heads = init_kwargs["num_heads"]
     assert tuple(weights.shape) == (B, heads, T, S)
     np.testing.assert_allclose(ops.sum(weights, -1), np.ones((B, heads, T)), atol=1e-6)

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers._shapes import leading_shape
+from keras_transformer.layers._shapes import reshape_dims
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.validation import check_positive_int, check_rate
 
@@ -68,7 +68,7 @@ class FeedForward(keras.layers.Layer):
         x = self.inner_dense(x)  # (B*T, d_ff)
         x = self.inner_dropout(x, training=training)
         x = self.output_dense(x)  # (B*T, d_model)
-        return ops.reshape(x, leading_shape(inputs, len(inputs.shape)))  # (B, T, d_model)
+        return ops.reshape(x, reshape_dims(inputs, len(inputs.shape)))  # (B, T, d_model)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -6,9 +6,9 @@ transpose; a self-attention cache may also be a tuple of `n` equal chunks
 `(B, h, S_max / n, d)` along positions (`Transformer.init_cache(...,
 chunks=n)`), of which a decoding step writes only one.
 
-`MultiHeadAttention` calls `write_cache` through this module's namespace, so
+`MultiHeadAttention` calls `write_caches` through this module's namespace, so
 `benchmarks/ablate_cache_write.py` can swap in another write by assigning
-`kv_cache.write_cache`.
+`kv_cache.write_caches`.
 """
 
 from keras import ops
@@ -35,18 +35,44 @@ def write_cache(cache, new, index):
         return ops.slice_update(
             cache, [0, 0, index, 0], ops.transpose(new, (0, 2, 1, 3))
         )  # (B, h, T, d) at positions index..index+T-1
-    heads, width = cache.shape[1], cache.shape[3]
-    flat = ops.arange(ops.shape(cache)[0] * heads, dtype="int32")  # (B * h,)
-    indices = ops.stack(
+    return _scatter_position(cache, new, _position_rows(cache, index))
+
+
+def write_caches(caches, news, index):
+    """`write_cache` of each `(cache, new)` pair: a layer's keys and values.
+
+    One position written into single-tensor caches of the same rows and
+    heads shares its scatter indices: a decoding step makes them once per
+    layer, not once per tensor.
+    """
+    shared = all(not isinstance(c, (tuple, list)) for c in caches) and all(
+        n.shape[1] == 1 for n in news
+    )
+    if not shared:
+        return tuple(write_cache(c, n, index) for c, n in zip(caches, news, strict=True))
+    rows = _position_rows(caches[0], index)
+    return tuple(
+        _scatter_position(c, ops.cast(n, c.dtype), rows) for c, n in zip(caches, news, strict=True)
+    )
+
+
+def _position_rows(cache, index):
+    """The scatter indices of one position: `(B * h, 3)` [row, head, index]."""
+    heads = cache.shape[1]
+    flat = ops.arange(leading_shape(cache, 1)[0] * heads, dtype="int32")  # (B * h,)
+    return ops.stack(
         [
             ops.floor_divide(flat, heads),  # batch row
             ops.mod(flat, heads),  # head
-            ops.full(ops.shape(flat), ops.cast(index, "int32"), "int32"),  # position
+            flat * 0 + ops.cast(index, "int32"),  # position (no shape op, as `full` has)
         ],
         axis=1,
     )  # (B * h, 3)
-    # (B, 1, h, d) -> (B * h, d): row b * h + head, as `indices`; no transpose.
-    return ops.scatter_update(cache, indices, ops.reshape(new, (-1, width)))
+
+
+def _scatter_position(cache, new, rows):
+    # (B, 1, h, d) -> (B * h, d): row b * h + head, as `rows`; no transpose.
+    return ops.scatter_update(cache, rows, ops.reshape(new, (-1, cache.shape[3])))
 
 
 def _write_chunks(chunks, new, index):
@@ -103,9 +129,13 @@ def group_rows(mask, rows):
     return ops.reshape(mask, (rows, -1, *ops.shape(mask)[2:]))
 
 
-def ungroup_rows(heads, query_rows, query_length):
-    """Grouped `(B_kv, g * T, ...)` heads back to `(B_q, T, ...)`, `B_q = g * B_kv`."""
-    return ops.reshape(heads, (query_rows, query_length, *ops.shape(heads)[2:]))
+def ungroup_rows(heads, query_length):
+    """Grouped `(B_kv, g * T, ...)` heads back to `(B_q, T, ...)`, `B_q = g * B_kv`.
+
+    `-1` stands for `B_q`: with a static `T` (a decoding step's 1) the
+    reshape needs no shape ops.
+    """
+    return ops.reshape(heads, (-1, query_length, *heads.shape[2:]))
 
 
 def ungroup_weights(weights, query_rows, query_length, cache_rows):

@@ -20,9 +20,12 @@ def causal_mask(query_length, key_length, offset=0):
     `offset` is the position of the first query in the key sequence; it is
     non-zero when decoding step by step against a key/value cache.
     """
+    col = ops.arange(key_length, dtype="int32")  # (S,)
+    if isinstance(query_length, int) and query_length == 1:
+        # A decoding step: one row, keys 0..offset (three ops a step, not seven).
+        return ops.expand_dims(ops.less_equal(col, ops.cast(offset, "int32")), 0)  # (1, S)
     row = ops.expand_dims(ops.arange(query_length, dtype="int32"), 1)  # (T, 1)
-    col = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)  # (1, S)
-    return ops.greater_equal(row + ops.cast(offset, "int32"), col)  # (T, S)
+    return ops.greater_equal(row + ops.cast(offset, "int32"), ops.expand_dims(col, 0))  # (T, S)
 
 
 def merge_attention_masks(
@@ -34,6 +37,7 @@ def merge_attention_masks(
     use_causal_mask=False,
     causal_offset=0,
     key_length=None,
+    broadcast=True,
 ):
     """AND every given mask into one boolean `(B, T, S)` mask, or `None`.
 
@@ -47,10 +51,13 @@ def merge_attention_masks(
         causal_offset: position of the first query among the keys.
         key_length: S, when `key` does not hold it on axis 1 (a head-major
             `(B, h, S, d)` cache).
+        broadcast: return the full `(B, T, S)`; with False, a rank-3 mask
+            that broadcasts to it (what a `where` over the scores needs,
+            without the shape ops a decoding step would pay for).
     """
     mask = None
     if key_length is None:
-        key_length = ops.shape(key)[1]
+        key_length = _dim(key, 1)
 
     def _and(a, b):
         return b if a is None else ops.logical_and(a, b)
@@ -60,16 +67,21 @@ def merge_attention_masks(
     if key_mask is not None:
         mask = _and(mask, ops.expand_dims(ops.cast(key_mask, "bool"), -2))  # (B, 1, S)
     if use_causal_mask:
-        causal = causal_mask(ops.shape(query)[1], key_length, causal_offset)
+        causal = causal_mask(_dim(query, 1), key_length, causal_offset)
         mask = _and(mask, ops.expand_dims(causal, 0))  # (1, T, S)
     if attention_mask is not None:
         attention_mask = ops.cast(attention_mask, "bool")
         if len(attention_mask.shape) == 2:
             attention_mask = ops.expand_dims(attention_mask, 0)  # (1, T, S)
         mask = _and(mask, attention_mask)
-    if mask is None:
-        return None
-    batch = ops.shape(query)[0]
+    if mask is None or not broadcast:
+        return mask
     return ops.broadcast_to(
-        mask, (batch, ops.shape(query)[1], key_length)
+        mask, (_dim(query, 0), _dim(query, 1), key_length)
     )  # (B, T, S)
+
+
+def _dim(x, axis):
+    """`x`'s size along `axis`: a Python int where static (no shape op)."""
+    size = x.shape[axis]
+    return ops.shape(x)[axis] if size is None else size

@@ -1,11 +1,10 @@
 """Multi-head attention (Vaswani et al., 2017, Section 3.2.2)."""
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_transformer.layers import kv_cache
-from keras_transformer.layers._shapes import leading_shape
+from keras_transformer.layers._shapes import leading_shape, reshape_dims
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masking import merge_attention_masks
 from keras_transformer.layers.scaled_dot_product_attention import (
@@ -23,25 +22,30 @@ from keras_transformer.layers.validation import (
 SCORERS = ("dot", "additive")
 
 
-def _matmul_2d(x, kernel, contract, bias=None):
-    """Contract the last `contract` axes of `x` with the first of `kernel`.
+def _dense(x, kernel, bias=None):
+    """`x` `(..., n)` times a 2-D `kernel` `(n, m)`, plus `bias`: `(..., m)`.
 
-    The einsums "btd,dhk->bthk" and "bthd,hdo->bto" (plus the bias) as one
-    2-D matmul `(B*T, n) @ (n, m) + b`.  Why not einsum: TensorFlow
-    differentiates it through a batch matmul broadcast over B, so each
-    kernel gradient is a `(B, n, m)` batch of partial products summed over
-    B afterwards (50 MB per projection at batch 64 x 64, d_model 256).  The
-    bias goes on the 2-D product for its gradient's sake: a column sum of
-    `(B*T, m)`, which XLA's CPU backend reduces 4x faster than the same sum
-    over the two leading axes of `(B, T, h, k)`.
+    One 2-D matmul `(rows, n) @ (n, m)`, with the kernel as it is stored.
+    Why 2-D kernels: a reshape of a kernel inside a decoding loop made XLA's
+    CPU backend emit the step's matrix-vector product as a naive loop (7x
+    slower); and why not einsum: TensorFlow differentiates it through a
+    batch matmul broadcast over B, so each kernel gradient is a `(B, n, m)`
+    batch of partial products summed over B afterwards (50 MB per
+    projection at batch 64 x 64, d_model 256).  The bias goes on the 2-D
+    product for its gradient's sake: a column sum of `(B*T, m)`, which
+    XLA's CPU backend reduces 4x faster than the same sum over the two
+    leading axes of `(B, T, h, k)`.
     """
-    lead = leading_shape(x, len(x.shape) - contract)  # (B, T)
-    inner = int(np.prod(kernel.shape[:contract]))
-    rows = ops.reshape(x, (-1, inner))  # (B*T, n)
-    out = ops.matmul(rows, ops.reshape(kernel, (inner, -1)))  # (B*T, m)
+    rows = ops.reshape(x, (-1, x.shape[-1]))  # (B*T, n)
+    out = ops.matmul(rows, kernel)  # (B*T, m)
     if bias is not None:
-        out = out + ops.reshape(bias, (-1,))
-    return ops.reshape(out, (*lead, *kernel.shape[contract:]))  # (B, T, ...)
+        out = out + bias
+    return ops.reshape(out, (*reshape_dims(x, len(x.shape) - 1), kernel.shape[-1]))
+
+
+def _split_heads(x, heads):
+    """`(B, T, h * d)` -> `(B, T, h, d)`."""
+    return ops.reshape(x, (*reshape_dims(x, len(x.shape) - 1), heads, x.shape[-1] // heads))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -52,9 +56,14 @@ class MultiHeadAttention(keras.layers.Layer):
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (Section 3.2.2); `num_heads`
     is the paper's h, `key_dim` its d_k and `value_dim` its d_v.
 
-    When the query, key and value have the same width, the three projections
-    live in one kernel `(d_model, h, 2 d_k + d_v)`; self-attention then costs
-    a single matmul, and cross-attention slices the kernel.
+    Every kernel is a 2-D matrix, heads side by side along its columns.  When
+    the query, key and value have the same width and `fuse_projections` is
+    set, the three projections are one kernel `(d_model, h d_k + h d_k +
+    h d_v)`, all queries, then all keys, then all values: self-attention
+    costs a single matmul.  A cross-attention layer clears
+    `fuse_projections` (the decoder block does): its query and its keys and
+    values come from different tensors, and a decoding step projects the
+    query only, from a kernel of its own.
 
     Masking: the query padding mask, key/value padding mask, causal mask and an
     explicit attention mask are AND-ed into one `(B, T, S)` mask.  Keras
@@ -74,6 +83,9 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout: dropout rate on the attention weights.
         use_bias: whether the projections have biases.
         output_dim: width of the output; the query's width if None.
+        fuse_projections: one kernel for the query, key and value projections
+            when their inputs have the same width (self-attention); False
+            keeps three (cross-attention).
         scorer: `"dot"` (scaled dot product, the paper) or `"additive"`
             (Bahdanau et al., 2015: w^T tanh(q + k), no scaling).
         kernel_initializer: initializer of the projection kernels.
@@ -128,6 +140,7 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias=True,
         output_dim=None,
         scorer="dot",
+        fuse_projections=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -140,6 +153,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = use_bias
         self.output_dim = check_positive_int("output_dim", output_dim, allow_none=True)
         self.scorer = check_choice("scorer", scorer, SCORERS)
+        self.fuse_projections = bool(fuse_projections)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -157,66 +171,95 @@ class MultiHeadAttention(keras.layers.Layer):
         h = self.num_heads
         self._head_key_dim = self.key_dim or query_width // h
         self._head_value_dim = self.value_dim or self._head_key_dim
-        dk, dv = self._head_key_dim, self._head_value_dim
+        dk, dv = h * self._head_key_dim, h * self._head_value_dim  # all heads' widths
         self._output_width = self.output_dim or query_width
-        self._fused = query_width == key_width == value_width
+        self._fused = self.fuse_projections and query_width == key_width == value_width
         if self._fused:
-            self.qkv_kernel = self._weight(
-                "qkv_kernel", (query_width, h, 2 * dk + dv), parts=(dk, dk, dv)
-            )
-            self.qkv_bias = self._bias("qkv_bias", (h, 2 * dk + dv))
+            self.qkv_kernel = self._weight("qkv_kernel", query_width, (dk, dk, dv))
+            self.qkv_bias = self._bias("qkv_bias", 2 * dk + dv)
         else:
-            self.query_kernel = self._weight("query_kernel", (query_width, h, dk))
-            self.key_kernel = self._weight("key_kernel", (key_width, h, dk))
-            self.value_kernel = self._weight("value_kernel", (value_width, h, dv))
-            self.query_bias = self._bias("query_bias", (h, dk))
-            self.key_bias = self._bias("key_bias", (h, dk))
-            self.value_bias = self._bias("value_bias", (h, dv))
-        self.output_kernel = self._weight(
-            "output_kernel", (h, dv, self._output_width), fan_in_axes=2
-        )
-        self.output_bias = self._bias("output_bias", (self._output_width,))
+            self.query_kernel = self._weight("query_kernel", query_width, (dk,))
+            self.key_kernel = self._weight("key_kernel", key_width, (dk,))
+            self.value_kernel = self._weight("value_kernel", value_width, (dv,))
+            self.query_bias = self._bias("query_bias", dk)
+            self.key_bias = self._bias("key_bias", dk)
+            self.value_bias = self._bias("value_bias", dv)
+        self.output_kernel = self._weight("output_kernel", dv, (self._output_width,))
+        self.output_bias = self._bias("output_bias", self._output_width)
         if self.scorer == "additive":
-            self.score_weight = self._weight("score_weight", (h, dk))
+            self.score_weight = self.add_weight(
+                name="score_weight", shape=(h, self._head_key_dim),
+                initializer=self._initializer((self._head_key_dim,)),
+            )
         self.dropout_layer.build(None)
         self.built = True
 
-    def _weight(self, name, shape, parts=None, fan_in_axes=1):
-        """A kernel initialised as the 2-D matrix (or matrices) it stands for.
+    @property
+    def head_key_dim(self):
+        """d_k as built: `key_dim`, or the query's width over `num_heads`."""
+        return self._head_key_dim
 
-        Keras' fan computation treats a 3-D kernel as a convolution; initialise
-        each projection as its `(fan_in, fan_out)` matrix instead, so that
-        Glorot scaling matches a dense layer of the same shape.
+    @property
+    def head_value_dim(self):
+        """d_v as built: `value_dim`, or d_k."""
+        return self._head_value_dim
+
+    @property
+    def fused(self):
+        """Whether the query, key and value projections are one kernel (`qkv_kernel`)."""
+        return self._fused
+
+    def projection_weights(self):
+        """Each projection's `(kernel, bias)` as 2-D and 1-D tensors, whatever
+        the layout: `{"query", "key", "value", "output"}`, kernels `(in, h d)`
+        with heads side by side (head i at columns `i d` to `i d + d - 1`),
+        the output's `(h d_v, d_out)`; a bias is None without biases.
+        For exporters that write another engine's layout."""
+        if self._fused:
+            dk = self.num_heads * self._head_key_dim
+            kernels = ops.split(ops.convert_to_tensor(self.qkv_kernel), [dk, 2 * dk], axis=-1)
+            biases = (None,) * 3 if self.qkv_bias is None else ops.split(
+                ops.convert_to_tensor(self.qkv_bias), [dk, 2 * dk], axis=-1)
+        else:
+            kernels = (self.query_kernel, self.key_kernel, self.value_kernel)
+            biases = (self.query_bias, self.key_bias, self.value_bias)
+        weights = dict(zip(("query", "key", "value"), zip(kernels, biases, strict=True),
+                           strict=True))
+        weights["output"] = (self.output_kernel, self.output_bias)
+        return weights
+
+    def _initializer(self, parts):
+        """Each of `parts` (column widths) initialised as a matrix of its own.
+
+        Glorot scaling then matches a dense layer of each projection's
+        shape, not of the concatenated kernel's.
         """
         base = self.kernel_initializer
-        parts = parts or (shape[-1],)
 
         def initializer(shape, dtype=None):
-            fan_in = int(np.prod(shape[:fan_in_axes]))
-            pieces = []
-            for width in parts:
-                piece_shape = (*shape[:-1], width)
-                flat = base((fan_in, int(np.prod(piece_shape)) // fan_in), dtype=dtype)
-                pieces.append(ops.reshape(flat, piece_shape))
+            pieces = [base((shape[0], width), dtype=dtype) for width in parts]
             return ops.concatenate(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
 
-        return self.add_weight(name=name, shape=shape, initializer=initializer)
+        return initializer
 
-    def _bias(self, name, shape):
+    def _weight(self, name, fan_in, parts):
+        return self.add_weight(
+            name=name, shape=(fan_in, sum(parts)), initializer=self._initializer(parts)
+        )
+
+    def _bias(self, name, width):
         if not self.use_bias:
             return None
-        return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
-
-    def _project(self, x, kernel, bias):
-        return _matmul_2d(x, kernel, 1, bias)  # (B, T, h, k)
+        return self.add_weight(name=name, shape=(width,), initializer=self.bias_initializer)
 
     def project_query(self, query):
         """Q W^Q: `(B, T, d_q) -> (B, T, h, d_k)`."""
+        h = self.num_heads
         if not self._fused:
-            return self._project(query, self.query_kernel, self.query_bias)
-        dk = self._head_key_dim
-        bias = None if self.qkv_bias is None else self.qkv_bias[:, :dk]
-        return self._project(query, self.qkv_kernel[:, :, :dk], bias)
+            return _split_heads(_dense(query, self.query_kernel, self.query_bias), h)
+        width = h * self._head_key_dim
+        bias = None if self.qkv_bias is None else self.qkv_bias[:width]
+        return _split_heads(_dense(query, self.qkv_kernel[:, :width], bias), h)
 
     def project_key_value(self, value, key=None, heads_first=False):
         """(K W^K, V W^V): each `(B, S, h, d)`; precomputes a cross cache.
@@ -228,33 +271,34 @@ class MultiHeadAttention(keras.layers.Layer):
             k, v = self.project_key_value(value, key)
             return ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
         key = value if key is None else key
+        h = self.num_heads
         if not self._fused:
             return (
-                self._project(key, self.key_kernel, self.key_bias),
-                self._project(value, self.value_kernel, self.value_bias),
+                _split_heads(_dense(key, self.key_kernel, self.key_bias), h),
+                _split_heads(_dense(value, self.value_kernel, self.value_bias), h),
             )
-        dk = self._head_key_dim
-        bias = None if self.qkv_bias is None else self.qkv_bias[:, dk:]
+        dk = h * self._head_key_dim
+        bias = None if self.qkv_bias is None else self.qkv_bias[dk:]
         if key is value:
-            kv = self._project(value, self.qkv_kernel[:, :, dk:], bias)  # (B, S, h, dk+dv)
+            kv = _dense(value, self.qkv_kernel[:, dk:], bias)  # (B, S, h d_k + h d_v)
             k, v = ops.split(kv, [dk], axis=-1)  # a split, not slices (see _project_all)
-            return k, v
-        k_bias = None if bias is None else bias[:, :dk]
-        v_bias = None if bias is None else bias[:, dk:]
+            return _split_heads(k, h), _split_heads(v, h)
+        k_bias = None if bias is None else bias[:dk]
+        v_bias = None if bias is None else bias[dk:]
         return (
-            self._project(key, self.qkv_kernel[:, :, dk : 2 * dk], k_bias),
-            self._project(value, self.qkv_kernel[:, :, 2 * dk :], v_bias),
+            _split_heads(_dense(key, self.qkv_kernel[:, dk : 2 * dk], k_bias), h),
+            _split_heads(_dense(value, self.qkv_kernel[:, 2 * dk :], v_bias), h),
         )
 
     def _project_all(self, query, value, key):
         if self._fused and query is value and key is value:
-            qkv = self._project(query, self.qkv_kernel, self.qkv_bias)  # (B, T, h, 2dk+dv)
-            dk = self._head_key_dim
+            h, dk = self.num_heads, self.num_heads * self._head_key_dim
+            qkv = _dense(query, self.qkv_kernel, self.qkv_bias)  # (B, T, 2 h d_k + h d_v)
             # One split, not three slices: in a TF graph the gradient of each
             # slice writes a zero-padded full-size tensor that is then summed;
             # the split's gradient is one concatenation.
             q, k, v = ops.split(qkv, [dk, 2 * dk], axis=-1)
-            return q, k, v
+            return _split_heads(q, h), _split_heads(k, h), _split_heads(v, h)
         k, v = self.project_key_value(value, key)
         return self.project_query(query), k, v
 
@@ -285,39 +329,48 @@ class MultiHeadAttention(keras.layers.Layer):
             # Query rows may come in groups that share a cache row (the beams
             # of one sentence against its encoder output): group g's queries
             # become one row of g * T, so each cache row is read once.
-            query_rows, query_length = ops.shape(q)[0], ops.shape(q)[1]
-            cache_rows = ops.shape(k)[0]
+            query_rows, cache_rows = q.shape[0], k.shape[0]
             kv_cache.check_query_groups(query_rows, cache_rows)
-            q = ops.reshape(q, (cache_rows, -1, *ops.shape(q)[2:]))
-            query_mask = kv_cache.group_rows(query_mask, cache_rows)
-            if attention_mask is not None and len(attention_mask.shape) == 3:
-                attention_mask = kv_cache.group_rows(attention_mask, cache_rows)
+            if query_rows is None or query_rows != cache_rows:
+                query_rows, query_length = leading_shape(q, 2)
+                cache_rows = leading_shape(k, 1)[0]
+                q = ops.reshape(q, (cache_rows, -1, *q.shape[2:]))  # (B, g * T, h, d_k)
+                query_mask = kv_cache.group_rows(query_mask, cache_rows)
+                if attention_mask is not None and len(attention_mask.shape) == 3:
+                    attention_mask = kv_cache.group_rows(attention_mask, cache_rows)
+            else:
+                query_rows = None  # one query row a cache row: nothing to group
         else:
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
             k_cache, v_cache = cache
-            k = kv_cache.write_cache(k_cache, k, cache_update_index)  # (B, h, S_max, d_k)
-            v = kv_cache.write_cache(v_cache, v, cache_update_index)  # (B, h, S_max, d_v)
+            k, v = kv_cache.write_caches(
+                (k_cache, v_cache), (k, v), cache_update_index
+            )  # (B, h, S_max, d_k), (B, h, S_max, d_v)
             cache = (k, v)
             causal_offset = cache_update_index
             key_mask = None  # cache slots past the causal frontier are masked causally
         heads_first = cache is not None  # k, v: (B, h, S, d)
-        mask = merge_attention_masks(
-            q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset,
-            key_length=kv_cache.cache_length(k) if heads_first else None,
-        )
 
         def dropout_fn(w):
             return self.dropout_layer(w, training=training)
 
         dropout = dropout_fn if self.dropout > 0 else None
-        if (
+        fused = (
             self.scorer == "dot"
             and dropout is None
             and not return_attention_scores
             and not heads_first
             and fused_attention_available()
-        ):
+        )
+        # A mask that broadcasts to (B, T, S) is all the scores' `where`
+        # needs; only the backend's fused kernel is given the full one.
+        mask = merge_attention_masks(
+            q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset,
+            key_length=kv_cache.cache_length(k) if heads_first else None,
+            broadcast=fused,
+        )
+        if fused:
             heads = fused_dot_product_attention(q, k, v, mask)  # no weights needed
         elif self.scorer == "dot":
             heads, weights = scaled_dot_product_attention(
@@ -329,12 +382,15 @@ class MultiHeadAttention(keras.layers.Layer):
                 heads_first=heads_first,
             )
         if query_rows is not None:  # back from groups of g * T to (B_q, T)
-            heads = kv_cache.ungroup_rows(heads, query_rows, query_length)
+            heads = kv_cache.ungroup_rows(heads, query_length)
             if return_attention_scores:
                 weights = kv_cache.ungroup_weights(
                     weights, query_rows, query_length, cache_rows
                 )
-        output = _matmul_2d(heads, self.output_kernel, 2, self.output_bias)  # (B, T, d_out)
+        heads = ops.reshape(
+            heads, (*reshape_dims(heads, 2), heads.shape[2] * heads.shape[3])
+        )  # (B, T, h d_v)
+        output = _dense(heads, self.output_kernel, self.output_bias)  # (B, T, d_out)
         results = (output,)
         if return_attention_scores:
             results += (weights,)
@@ -360,6 +416,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "output_dim": self.output_dim,
                 "scorer": self.scorer,
+                "fuse_projections": self.fuse_projections,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }

@@ -57,8 +57,13 @@ def scaled_dot_product_attention(
     # Scale the queries, not the scores: T*d_k multiplies instead of T*S.
     query = ops.multiply(query, ops.cast(scale, query.dtype))
     if heads_first:
+        # Batched matmuls over (B, H) against the cache as it is laid out,
+        # contracting the keys' last axis: a transposed key cache (what
+        # `matmul(q, swapaxes(k))`, or an einsum Keras rewrites as one, reads)
+        # is a copy of every key cache on every step of an XLA decoding loop.
+        query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, d_k); T = 1: no copy
         keys = key if isinstance(key, (tuple, list)) else (key,)
-        scores = [ops.einsum("bthd,bhsd->bhts", query, k) for k in keys]
+        scores = [ops.einsum("...td,...sd->...ts", query, k) for k in keys]  # (B, H, T, S)
         scores = scores[0] if len(keys) == 1 else ops.concatenate(scores, axis=-1)
     else:
         # Head-major operands: both batched matmuls (and their gradients)
@@ -77,9 +82,10 @@ def scaled_dot_product_attention(
         values = value if isinstance(value, (tuple, list)) else (value,)
         dropped = ops.cast(dropped, values[0].dtype)
         parts = [dropped] if len(values) == 1 else ops.split(dropped, len(values), -1)
-        output = ops.einsum("bhts,bhsd->bthd", parts[0], values[0])  # (B, T, H, d_v)
+        output = ops.matmul(parts[0], values[0])  # (B, H, T, d_v)
         for part, chunk in zip(parts[1:], values[1:], strict=True):
-            output = output + ops.einsum("bhts,bhsd->bthd", part, chunk)
+            output = output + ops.matmul(part, chunk)
+        output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
     else:
         dropped = ops.cast(dropped, value.dtype)
         output = ops.einsum("bhts,bhsd->bhtd", dropped, value)  # (B, H, T, d_v)

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers._shapes import reshape_dims
 from keras_transformer.layers.position_embedding import PositionEmbedding
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -98,7 +99,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
-            return ops.matmul(inputs, ops.transpose(self.embeddings))  # (B, T, V)
+            # Contract with the table as it is stored: `matmul` against its
+            # transpose made XLA copy the (d, V) transpose on every call (each
+            # step of a decoding loop) and TensorFlow's tensordot transpose it.
+            rows = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (B*T, d)
+            logits = ops.einsum("...d,vd->...v", rows, self.embeddings)  # (B*T, V)
+            return ops.reshape(
+                logits, (*reshape_dims(inputs, len(inputs.shape) - 1), self.vocabulary_size)
+            )  # (B, T, V)
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if "int" not in dtype:
             raise ValueError(

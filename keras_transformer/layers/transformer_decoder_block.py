@@ -47,6 +47,9 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
             key_dim=self.key_dim,
             value_dim=self.value_dim,
             dropout=self.attention_dropout,
+            # The query and the keys/values come from different tensors, and
+            # a decoding step projects only the query: separate kernels.
+            fuse_projections=False,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=policy,

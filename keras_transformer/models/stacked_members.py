@@ -46,10 +46,10 @@ def _config(member):
     for block in member.encoder_blocks:
         attention = block.self_attention
         if (type(attention) is not MultiHeadAttention or attention.scorer != "dot"
-                or attention.dropout or not attention.use_bias or not attention._fused):
+                or attention.dropout or not attention.use_bias or not attention.fused):
             return None
-        blocks.append((attention.num_heads, attention._head_key_dim,
-                       attention._head_value_dim, block.normalize_first,
+        blocks.append((attention.num_heads, attention.head_key_dim,
+                       attention.head_value_dim, block.normalize_first,
                        block.self_attention_norm.epsilon, block.feed_forward_norm.epsilon,
                        keras.activations.serialize(block.feed_forward.activation),
                        block.dropout))
@@ -103,26 +103,24 @@ def _attention(x, mask, layers):
     projection, dot-product scores) on slice i of `x` `(k, B, T, d)`, the
     padding `mask` `(k, B, T)` on queries and keys."""
     first = layers[0]
-    k, heads, dk = len(layers), first.num_heads, first._head_key_dim
-    qkv_kernel = _stack([layer.qkv_kernel for layer in layers])  # (k, d, h, 2dk+dv)
-    qkv_bias = _stack([layer.qkv_bias for layer in layers])  # (k, h, 2dk+dv)
-    width = qkv_kernel.shape[-1]
+    k, heads, dk = len(layers), first.num_heads, first.head_key_dim
+    qkv_kernel = _stack([layer.qkv_kernel for layer in layers])  # (k, d, 2 h dk + h dv)
+    qkv_bias = _stack([layer.qkv_bias for layer in layers])  # (k, 2 h dk + h dv)
     batch, length = ops.shape(x)[1], ops.shape(x)[2]
     rows = ops.reshape(x, (k, -1, x.shape[-1]))  # (k, B*T, d)
-    qkv = ops.matmul(rows, ops.reshape(qkv_kernel, (k, x.shape[-1], heads * width)))
-    qkv = qkv + ops.reshape(qkv_bias, (k, 1, heads * width))
-    qkv = ops.reshape(qkv, (k, batch, length, heads, width))
-    q, key, value = ops.split(qkv, [dk, 2 * dk], axis=-1)  # (k, B, T, h, d)
+    qkv = ops.matmul(rows, qkv_kernel) + ops.expand_dims(qkv_bias, 1)
+    q, key, value = (
+        ops.reshape(t, (k, batch, length, heads, -1))
+        for t in ops.split(qkv, [heads * dk, 2 * heads * dk], axis=-1)
+    )  # (k, B, T, h, d)
     q = q * ops.cast(1.0 / math.sqrt(dk), q.dtype)
     scores = ops.einsum("mbthd,mbshd->mbhts", q, key)  # (k, B, h, T, S)
     allowed = ops.logical_and(mask[:, :, None, :, None], mask[:, :, None, None, :])
     weights = masked_softmax(scores, allowed)
     heads_out = ops.einsum("mbhts,mbshd->mbthd", ops.cast(weights, value.dtype), value)
-    output_kernel = _stack([layer.output_kernel for layer in layers])  # (k, h, dv, d)
+    output_kernel = _stack([layer.output_kernel for layer in layers])  # (k, h dv, d)
     output_bias = _stack([layer.output_bias for layer in layers])  # (k, d)
-    inner = output_kernel.shape[1] * output_kernel.shape[2]
-    out = ops.matmul(ops.reshape(heads_out, (k, -1, inner)),
-                     ops.reshape(output_kernel, (k, inner, output_kernel.shape[-1])))
+    out = ops.matmul(ops.reshape(heads_out, (k, -1, output_kernel.shape[1])), output_kernel)
     out = out + ops.expand_dims(output_bias, 1)
     return ops.reshape(out, (k, batch, length, output_kernel.shape[-1]))
 

@@ -205,8 +205,8 @@ class Transformer(XLADropoutMixin, keras.Model):
         }
         for block in self.decoder_blocks:
             attention = block.self_attention
-            for name, width in (("self_key", attention._head_key_dim),
-                                ("self_value", attention._head_value_dim)):
+            for name, width in (("self_key", attention.head_key_dim),
+                                ("self_value", attention.head_value_dim)):
                 parts = tuple(
                     ops.zeros(
                         (batch, self.config.num_heads, length, width),

@@ -46,10 +46,10 @@ def fused_decoder_unsupported(model):
         for attention in (block.self_attention, block.cross_attention):
             if attention.scorer != "dot":
                 return f"attention scorer {attention.scorer!r}"
-            if not attention._fused:
-                return "separate query/key/value kernels"
             if not attention.use_bias:
                 return "attention without biases"
+        if not block.self_attention.fused or block.cross_attention.fused:
+            return "query/key/value kernels laid out otherwise"
     return None
 
 
@@ -135,16 +135,14 @@ class FusedDecoder:
         layers = []
         for block in model.decoder_blocks:
             sa, ca = block.self_attention, block.cross_attention
-            dk = sa._head_key_dim
-            qkv = tf.convert_to_tensor(sa.qkv_kernel)  # (d, h, 2 dk + dv)
             layers.append({
-                "qkv_kernel": tf.reshape(qkv, (qkv.shape[0], -1)),
-                "qkv_bias": tf.reshape(sa.qkv_bias, (-1,)),
-                "self_output_kernel": tf.reshape(sa.output_kernel, (-1, width)),
+                "qkv_kernel": tf.convert_to_tensor(sa.qkv_kernel),  # (d, 2 h dk + h dv)
+                "qkv_bias": tf.convert_to_tensor(sa.qkv_bias),
+                "self_output_kernel": tf.convert_to_tensor(sa.output_kernel),
                 "self_output_bias": tf.convert_to_tensor(sa.output_bias),
-                "query_kernel": tf.reshape(ca.qkv_kernel[:, :, :dk], (width, -1)),
-                "query_bias": tf.reshape(ca.qkv_bias[:, :dk], (-1,)),
-                "cross_output_kernel": tf.reshape(ca.output_kernel, (-1, width)),
+                "query_kernel": tf.convert_to_tensor(ca.query_kernel),  # (d, h dk)
+                "query_bias": tf.convert_to_tensor(ca.query_bias),
+                "cross_output_kernel": tf.convert_to_tensor(ca.output_kernel),
                 "cross_output_bias": tf.convert_to_tensor(ca.output_bias),
                 "inner_kernel": tf.convert_to_tensor(block.feed_forward.inner_dense.kernel),
                 "inner_bias": tf.convert_to_tensor(block.feed_forward.inner_dense.bias),
@@ -202,9 +200,13 @@ class FusedDecoder:
 
             # Self-attention over the cache, this position written into it.
             y = _norm(x, n1_g, n1_b, self.epsilon) if self.normalize_first else x
-            qkv = tf.reshape(tf.matmul(y, layer["qkv_kernel"]) + layer["qkv_bias"],
-                             (-1, heads, 1, 2 * key_dim + value_dim))  # (B_q, h, 1, .)
-            q, k, v = tf.split(qkv, [key_dim, key_dim, value_dim], axis=-1)
+            qkv = tf.matmul(y, layer["qkv_kernel"]) + layer["qkv_bias"]  # (B_q, 2 h dk + h dv)
+            q, k, v = (
+                tf.reshape(t, (-1, heads, 1, width))  # (B_q, h, 1, .)
+                for t, width in zip(
+                    tf.split(qkv, [heads * key_dim, heads * key_dim, heads * value_dim], -1),
+                    (key_dim, key_dim, value_dim), strict=True)
+            )
             keys = _write(cache["self_key"][i], k, cache_rows)  # (B_q, h, L, dk)
             values = _write(cache["self_value"][i], v, cache_rows)
             new_keys.append(keys)
