@@ -210,7 +210,9 @@ class Transformer(XLADropoutMixin, keras.Model):
                 parts = tuple(
                     ops.zeros(
                         (batch, self.config.num_heads, length, width),
-                        dtype=self.compute_dtype,
+                        # The layer's, which writes it (a functional model's
+                        # own compute dtype stays float32 under a mixed policy).
+                        dtype=attention.compute_dtype,
                     )
                     for _ in range(chunks)
                 )  # (B, h, T_max / chunks, d): head-major, read without a transpose

@@ -16,7 +16,6 @@ import tensorflow as tf
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
-from training.serving.fused_decoder import FusedDecoder, fused_decoder_unsupported
 from training.text.detokenize import detokenize_ids
 from training.text.tokenizers import word_ids
 
@@ -183,10 +182,6 @@ class TranslatorModule(tf.Module):
                  name=None):
         super().__init__(name=name)
         _keep_out_of_object_graph(self, "_model", model)
-        # The searches run the decoder through `FusedDecoder` (the same
-        # functions in fewer ops a step) where it covers the model.
-        fused = fused_decoder_unsupported(model) is None
-        _keep_out_of_object_graph(self, "_decoder", FusedDecoder(model) if fused else model)
         self.model_weights = _tf_variables(model)
         self.tokenizer = tokenizer
         self.max_sequence_length = int(model.config.max_sequence_length)
@@ -217,7 +212,7 @@ class TranslatorModule(tf.Module):
 
     def _greedy(self, encoder_token_ids):
         return greedy_search(
-            self._decoder,
+            self._model,
             encoder_token_ids,
             max_length=self._max_length(encoder_token_ids),
             start_id=START_ID,
@@ -312,7 +307,7 @@ class TranslatorModule(tf.Module):
         XLA, where `max_length` is given at run time."""
         buffer_length = self._max_length(encoder_token_ids)
         return beam_search(
-            self._decoder,
+            self._model,
             encoder_token_ids,
             beam_size=self.beam_size,
             length_penalty=self.length_penalty,
