@@ -142,7 +142,7 @@ np.testing.assert_allclose(np.asarray(shared_scores), np.asarray(tiled_scores), 
 # --- keras.ops ThreeFry == JAX's ThreeFry; the ThreeFry Dropout under jit ---
 import jax.extend.random as jax_random  # noqa: E402
 
-from keras_transformer.layers import Dropout, threefry2x32, threefry_dropout  # noqa: E402
+from keras_transformer.layers._dropout import Dropout, threefry2x32, threefry_dropout  # noqa: E402
 
 key = rng.integers(0, 2**32, size=2, dtype=np.uint64).astype(np.uint32)
 words = rng.integers(0, 2**32, size=(2, 64), dtype=np.uint64).astype(np.uint32)

@@ -7,8 +7,8 @@ import tensorflow as tf
 from harness import run_layer_test
 from keras import ops
 
-import keras_transformer.layers.dropout as dropout_module
-from keras_transformer.layers import (
+import keras_transformer.layers._dropout as dropout_module
+from keras_transformer.layers._dropout import (
     Dropout,
     threefry2x32,
     threefry_bits,

@@ -1,11 +1,5 @@
 """Transformer layers, each in `keras.ops` only (any Keras 3 backend)."""
 
-from keras_transformer.layers.dropout import (
-    Dropout,
-    threefry2x32,
-    threefry_bits,
-    threefry_dropout,
-)
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masking import (
     causal_mask,
@@ -50,7 +44,6 @@ from keras_transformer.layers.transformer_encoder_block import TransformerEncode
 
 __all__ = [
     "CharNGramTokenStem",
-    "Dropout",
     "FeedForward",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
@@ -79,7 +72,4 @@ __all__ = [
     "series_lengths",
     "series_statistics",
     "step_mask",
-    "threefry2x32",
-    "threefry_bits",
-    "threefry_dropout",
 ]

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers._dropout import Dropout
 from keras_transformer.layers.validation import (
     check_bool,
     check_positive_int,

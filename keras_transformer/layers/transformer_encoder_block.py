@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers._dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.validation import check_positive_int, check_rate

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.layers.dropout import threefry_dropout
+from keras_transformer.layers._dropout import threefry_dropout
 
 
 class XLADropoutMixin:

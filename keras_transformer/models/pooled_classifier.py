@@ -9,7 +9,7 @@ between their input stem and their pooling; both subclass
 import keras
 from keras import ops
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers._dropout import Dropout
 from keras_transformer.layers.series_stem import has_stem_features
 from keras_transformer.layers.validation import check_token_ids
 from keras_transformer.models._serialization import with_dtype_policy

@@ -5,7 +5,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers._dropout import Dropout
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,

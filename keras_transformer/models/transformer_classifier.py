@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers._dropout import Dropout
 from keras_transformer.layers.ngram_convolution import NGramConvolution
 from keras_transformer.layers.pooling import MaskedMaxPooling, MaskedMeanPooling
 from keras_transformer.layers.series_stem import SeriesStem

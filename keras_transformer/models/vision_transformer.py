@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers._dropout import Dropout
 from keras_transformer.layers.position_embedding import (
     PositionEmbedding,
     interpolate_positions,

@@ -1,4 +1,12 @@
-"""Dropout whose mask can come from ThreeFry, a counter-based generator in keras.ops."""
+"""Dropout whose mask can come from ThreeFry, a counter-based generator in keras.ops.
+
+An internal detail of the package's layers and models, not a public
+layer: `Dropout` is `keras.layers.Dropout` (the same arguments, seed
+generator and masks) except while a model trains under XLA on TensorFlow,
+where Keras' Philox masks cost a sixth of the base model's training step on
+a CPU (`benchmarks/bench_training_throughput.py`, variant
+`ours_untied_philox`) and ThreeFry's fuse into the select.
+"""
 
 import contextlib
 import contextvars
