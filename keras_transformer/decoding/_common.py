@@ -52,10 +52,12 @@ def weights_read_once(model):
     once before the loop, each is a loop-invariant tensor that the steps
     share.  Returns a callable that makes the scope (Keras'
     `StatelessScope`, which maps each variable to its value, as
-    `stateless_call` does); the body runs `decode_step` inside it.  An
-    object without `variables` gets an empty scope.
+    `stateless_call` does); the body runs `decode_step` inside it.  The
+    weights only: a step draws nothing (no dropout), so the seed
+    generators' states, which an exported module does not hold, are not
+    read.  An object without `weights` gets an empty scope.
     """
-    pairs = [(variable, _read(variable)) for variable in getattr(model, "variables", ())]
+    pairs = [(variable, _read(variable)) for variable in getattr(model, "weights", ())]
     return lambda: keras.StatelessScope(state_mapping=pairs)
 
 
