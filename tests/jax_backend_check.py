@@ -210,7 +210,8 @@ assert all(np.isfinite(np.asarray(w)).all() for w in series_model.weights)
 figures["series_padding_diff"] = series_padding_diff
 
 # Kim's form (no block), trained with mixup of its pooled features: the
-# training call returns lam beside the logits, and the model still learns.
+# training call returns the mixed batch's logits and keeps lam for the
+# loss, and the model still learns.
 def kim_form(**name):
     return TextCNNClassifier(
         num_classes=2, vocabulary_size=12, hidden_dim=8, dropout=0.0,
@@ -220,7 +221,8 @@ def kim_form(**name):
 
 
 mixed = kim_form()
-assert tuple(mixed(tokens, training=True).shape) == (16, 3)
+assert tuple(mixed(tokens, training=True).shape) == (16, 2)
+assert tuple(mixed.step_outputs.take()[0].shape) == (16,)
 mixed.compile(keras.optimizers.Adam(1e-2),
               keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
@@ -233,6 +235,22 @@ figures["mixup_classifier_accuracy"] = mixed_accuracy
 # one member left out of the answer: the jitted predict step is traced
 # again and answers with the other member alone.
 ensemble = ClassifierEnsemble([kim_form(name=f"member_{i}") for i in range(2)])
+# Its members run as one computation (jax.vmap over their stacked weights):
+# each one's logits and mixup draws are those it makes alone.
+assert ensemble.vectorized
+states = [[np.asarray(v) for v in m.non_trainable_variables] for m in ensemble.members]
+together, lams = ensemble.member_logits(tokens, training=True)
+for member, values in zip(ensemble.members, states):
+    for variable, value in zip(member.non_trainable_variables, values):
+        variable.assign(value)
+alone = [(member(tokens, training=True), member.step_outputs.take()[0])
+         for member in ensemble.members]
+vectorized_diff = max(
+    float(np.abs(np.asarray(together)[:, i] - np.asarray(alone[i][0])).max())
+    + float(np.abs(np.asarray(lams)[:, i] - np.asarray(alone[i][1])).max())
+    for i in range(2))
+assert vectorized_diff < 1e-5, vectorized_diff
+figures["vectorized_members_diff"] = vectorized_diff
 ensemble.compile(keras.optimizers.Adam(1e-2),
                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 folds = np.arange(16) % 2

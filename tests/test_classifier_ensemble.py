@@ -58,19 +58,24 @@ def test_mean_probability_logits_stay_finite_for_confident_members():
     np.testing.assert_allclose(single, [[0.0]], atol=1e-5)  # logit of the mean 0.5
 
 
-def test_training_returns_member_logits_and_the_mean_member_loss():
+def test_training_answers_as_inference_and_the_loss_is_the_mean_member_loss():
     model = _ensemble(size=3)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = _series(), np.array([0, 1, 2, 1])
-    member_logits = model(x, training=True)
-    assert member_logits.shape == (4, 3, 3)
+    answer = model(x, training=True)  # one shape: the ensemble's answer
+    assert answer.shape == (4, 3)
+    np.testing.assert_allclose(np.asarray(answer), np.asarray(model(x)), atol=1e-6)  # no dropout
+    member_logits = np.stack([np.asarray(m(x)) for m in model.members], 1)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     expected = np.mean([float(loss_fn(y, member_logits[:, i])) for i in range(3)])
-    got = float(model.compute_loss(x, y, member_logits, training=True))
+    got = float(model.compute_loss(x, y, answer, training=True))
     np.testing.assert_allclose(got, expected, rtol=1e-6)
-    # Inference logits get the ensemble's loss, not a member's.
+    # The kept member logits are taken once: a loss without a training call
+    # of its own (evaluation) is the ensemble's answer's.
     ensemble = model(x)
     np.testing.assert_allclose(float(model.compute_loss(x, y, ensemble, training=False)),
+                               float(loss_fn(y, ensemble)), rtol=1e-6)
+    np.testing.assert_allclose(float(model.compute_loss(x, y, ensemble, training=True)),
                                float(loss_fn(y, ensemble)), rtol=1e-6)
 
 
@@ -164,8 +169,10 @@ def test_excluded_members_leave_the_answer_and_saving_keeps_them(tmp_path):
     traced = model.predict_function
     model.exclude_members([1])  # no change: nothing to trace again
     assert model.predict_function is traced
-    # Training still returns (and trains) every member.
-    assert tuple(model(x, training=True).shape) == (4, 3, 3)
+    # Training still trains every member, and answers with all of them.
+    np.testing.assert_allclose(np.asarray(model.probabilities(model(x, training=True))),
+                               _softmax(member_logits).mean(1), atol=1e-6)
+    assert model.step_outputs.take()[0].shape == (4, 3, 3)
     model.save(tmp_path / "ensemble.keras")
     loaded = keras.saving.load_model(tmp_path / "ensemble.keras")
     assert loaded.excluded_members == (1,)

@@ -55,17 +55,22 @@ def test_per_member_weights_give_member_i_column_i():
     model = _ensemble()
     x, y = _tokens(), np.array([0, 1, 2, 0, 1, 2])
     w = np.array([[1, 0], [1, 1], [0, 1], [1, 1], [0, 0], [1, 1]], "float32")
-    y_pred = np.asarray(model(x, training=True))  # (B, 2, 3)
-    expected = np.mean([(w[:, i] * _cross_entropy(y_pred[:, i], y)).mean() for i in range(2)])
-    got = float(model.compute_loss(x, y, y_pred, sample_weight=w, training=True))
+    answer = model(x, training=True)  # (B, 3); the members' (B, 2, 3) kept for the loss
+    kept = model.step_outputs.values
+    member_logits = np.asarray(kept[0])
+    expected = np.mean([(w[:, i] * _cross_entropy(member_logits[:, i], y)).mean()
+                        for i in range(2)])
+    got = float(model.compute_loss(x, y, answer, sample_weight=w, training=True))
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     # (B,) weights still weigh every member alike.
     v = w[:, 0]
-    expected = np.mean([(v * _cross_entropy(y_pred[:, i], y)).mean() for i in range(2)])
-    got = float(model.compute_loss(x, y, y_pred, sample_weight=v, training=True))
+    expected = np.mean([(v * _cross_entropy(member_logits[:, i], y)).mean() for i in range(2)])
+    model.step_outputs.keep(kept)  # as the same step's call would
+    got = float(model.compute_loss(x, y, answer, sample_weight=v, training=True))
     np.testing.assert_allclose(got, expected, rtol=1e-5)
+    model.step_outputs.keep(kept)
     with pytest.raises(ValueError, match=re.escape("one column per member (2)")):
-        model.compute_loss(x, y, y_pred, sample_weight=np.ones((6, 3), "float32"))
+        model.compute_loss(x, y, answer, sample_weight=np.ones((6, 3), "float32"))
 
 
 @pytest.mark.parametrize("mixup_alpha", [0.0, 0.4])

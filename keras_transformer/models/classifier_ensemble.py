@@ -7,12 +7,12 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.series_stem import has_stem_features
+from keras_transformer.models.member_map import map_members, same_architecture
 from keras_transformer.models.pooled_classifier import (
     class_probabilities,
     classifier_loss,
-    unmixed_logits,
 )
-from keras_transformer.models.stacked_members import stackable, stacked_member_logits
+from keras_transformer.models.step_outputs import StepOutputs
 
 
 def mean_probability_logits(member_logits, num_classes):
@@ -46,29 +46,29 @@ class ClassifierEnsemble(keras.Model):
     their own random weights and each is trained on its own loss, in one
     model so that one `fit`, one checkpoint and one export hold them all.
 
-    - Training (`training=True`): the call returns the members' logits
-      `(B, k, K)`, or `(B, k, K + 1)` with each member's mixup lam when they
-      mix (`TransformerClassifier(mixup_alpha=...)`); `compute_loss` is the
-      mean of the compiled loss of each member, so that member i's
-      gradients are the ones it would get alone,
-      divided by k (Adam's steps do not change with that scale).  Training
-      the mean prediction instead couples the members and loses most of the
-      gain of an ensemble.  Training metrics see the ensemble's answer.
+    - The call returns logits `(B, K)` of the members' mean probabilities
+      (`mean_probability_logits`), in training and at inference alike, so
+      `probabilities`, the loss and accuracy Keras reports, the exporters
+      and the verifiers see one classifier with the members' interface.
+    - Training: `compute_loss` is the mean of the compiled loss of each
+      member on its own logits (and its own mixup, members that mix), so
+      that member i's gradients are the ones it would get alone, divided
+      by k (Adam's steps do not change with that scale).  Training the
+      mean prediction instead couples the members and loses most of the
+      gain of an ensemble.  The training call keeps each member's logits
+      for it (`step_outputs`); the training metrics see the ensemble's
+      answer.
     - Sample weights `(B,)` weigh every member's loss alike; weights
       `(B, k)` give member i column i, so that members may train on
       different examples (bagging, or cross-fitting: member i leaves out
       fold i, which then validates it; `training` does this on data without
       a validation split).  The training metrics then see every example.
-    - Inference: the call returns logits `(B, K)` of the members' mean
-      probabilities (`mean_probability_logits`), so `probabilities`, the
-      evaluation loss and accuracy, the exporters and the verifiers see one
-      classifier with the members' interface.
-    - Members that differ only in their weights (`stacked_members.stackable`:
-      `TransformerClassifier`s of one architecture on series stems), given
-      their stems' fixed features, run as one network whose weights are
-      stacked on a member axis (`stacked_member_logits`): the same logits
-      and gradients, from the ops of one member where the loop traces k.
-      Raw series, as a served request brings them, go through the loop.
+    - Members of one architecture (`member_map.same_architecture`: they
+      differ only in their weights) run as one computation, their own
+      layers mapped over their stacked weights (`member_map.map_members`),
+      in training and on inputs given with their stems' fixed features;
+      otherwise, and at inference on raw inputs (a served request), each
+      member is called in turn.  The same layers run either way.
     - `excluded_members`: members left out of that mean (they still train).
       Training sets it for a cross-fitted member that ends no better, on the
       examples it left out, than answering their most common class: a
@@ -138,6 +138,9 @@ class ClassifierEnsemble(keras.Model):
         self.max_sequence_length = members[0].max_sequence_length
         self.char_ngram_buckets = members[0].char_ngram_buckets
         self.char_ngrams_per_word = members[0].char_ngrams_per_word
+        #: Whether the members run as one computation (`member_map`).
+        self.vectorized = same_architecture(members)
+        self.step_outputs = StepOutputs()
         # No weights of its own, and the members (functional models) are
         # built when made: saving and loading need no first call.
         self.built = True
@@ -192,35 +195,59 @@ class ClassifierEnsemble(keras.Model):
             return inputs
         return {"features": inputs["features"], "stem_features": inputs["stem_features"][index]}
 
-    def call(self, inputs, training=None):
-        if has_stem_features(inputs) and stackable(self.members):
-            # One network of k-stacked weights (`stacked_members`): the
-            # ops of one member, where the loop below traces k of each.
-            logits = stacked_member_logits(self.members, inputs["stem_features"], training)
-            if training:
+    def member_logits(self, inputs, training=None):
+        """Each member's logits `(B, k, K)`, and from a training call of members
+        that mix, each one's mixup weights `(B, k)` (None otherwise)."""
+        mixes = bool(training and getattr(self.members[0], "mixup_alpha", 0.0))
+
+        def run(member, member_inputs, shared=None):
+            logits = member(member_inputs if shared is None else
+                            {"features": shared, "stem_features": member_inputs},
+                            training=training)
+            if not mixes:
                 return logits
-            if self.excluded_members:
-                logits = ops.take(logits, self.averaged_members, axis=1)
-            return mean_probability_logits(logits, self.num_classes)
+            return logits, member.step_outputs.take()[0]  # its lam, kept by its call
+
+        stems = has_stem_features(inputs)
+        if self.vectorized and (training or stems):
+            if stems:  # member i's features at index i: (k, B, ...)
+                features = inputs["stem_features"]
+                stacked = {key: ops.stack([f[key] for f in features]) for key in features[0]}
+                outputs = map_members(self.members, run, stacked, inputs["features"])
+            else:
+                outputs = map_members(self.members, lambda m, _, x: run(m, x), None, inputs)
+            logits, lam = outputs if mixes else (outputs, None)  # (k, B, K), (k, B)
+            logits = ops.transpose(logits, (1, 0, 2))
+            return logits, (None if lam is None else ops.transpose(lam))
+        outputs = [run(m, self.member_inputs(inputs, i)) for i, m in enumerate(self.members)]
+        if not mixes:
+            return ops.stack(outputs, axis=1), None
+        return (ops.stack([o[0] for o in outputs], axis=1),
+                ops.stack([o[1] for o in outputs], axis=1))
+
+    def call(self, inputs, training=None):
+        logits, lam = self.member_logits(inputs, training)  # (B, k, K), (B, k)
         if training:
-            # (B, k, K): compute_loss trains each member on its own loss.
-            return ops.stack([m(self.member_inputs(inputs, i), training=training)
-                              for i, m in enumerate(self.members)], axis=1)
-        logits = ops.stack([self.members[i](self.member_inputs(inputs, i), training=training)
-                            for i in self.averaged_members], axis=1)
+            # compute_loss trains each member on its own logits (and mixup).
+            self.step_outputs.keep((logits, lam))
+            return mean_probability_logits(logits, self.num_classes)
+        if self.excluded_members:
+            logits = ops.take(logits, self.averaged_members, axis=1)
         return mean_probability_logits(logits, self.num_classes)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         # Explicit super(): AutoGraph cannot resolve the zero-argument form,
         # and a comprehension would not see it either.
         parent = super(ClassifierEnsemble, self)  # noqa: UP008
-        if y_pred is None or len(y_pred.shape) != 3:
+        kept = self.step_outputs.take()
+        if not training or kept is None:
+            # The ensemble's answer (B, K): evaluation, or Keras' symbolic
+            # build, which has no training call.  Per-member weights have no
+            # member to weigh here, and the answer is judged on every example.
             if sample_weight is not None and len(sample_weight.shape) == 2:
-                # The ensemble's answer (B, K), as Keras' JAX trainer traces it
-                # while building: per-member weights have no member to weigh,
-                # and the answer is judged on every example, as the metrics are.
                 sample_weight = None
             return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+        logits, lam = kept
         weights = [sample_weight] * self.size
         if sample_weight is not None and len(sample_weight.shape) == 2:
             if sample_weight.shape[1] != self.size:
@@ -229,18 +256,14 @@ class ClassifierEnsemble(keras.Model):
                     f"received sample_weight of shape {tuple(sample_weight.shape)}."
                 )
             weights = [sample_weight[:, i] for i in range(self.size)]
-        losses = [classifier_loss(parent.compute_loss, x, y, y_pred[:, i], self.num_classes,
-                                  weights[i], training)
+        losses = [classifier_loss(parent.compute_loss, x, y, logits[:, i],
+                                  None if lam is None else lam[:, i], weights[i], training)
                   for i in range(self.size)]
         return ops.mean(ops.stack(losses))
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if sample_weight is not None and len(sample_weight.shape) == 2:
             sample_weight = None  # per-member weights: the metrics see every example
-        if len(y_pred.shape) == 3:
-            # Each member's logits, without its mixup lam.
-            y_pred = mean_probability_logits(unmixed_logits(y_pred, self.num_classes),
-                                             self.num_classes)
         return super(ClassifierEnsemble, self).compute_metrics(  # noqa: UP008 (AutoGraph)
             x, y, y_pred, sample_weight=sample_weight
         )

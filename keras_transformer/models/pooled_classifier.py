@@ -1,6 +1,10 @@
 """What the pooled sequence classifiers share: mixup
 of the pooled features, the loss of a mixed batch, and class probabilities.
 
+A mixing training call returns the mixed batch's logits `(B, K)`, as any
+call does, and keeps its weights lam for `compute_loss`
+(`keras_transformer.models.step_outputs`).
+
 `TransformerClassifier` and `TextCNNClassifier` differ only in what lies
 between their input stem and their pooling; both subclass
 `PooledClassifier`, which `ClassifierEnsemble` and the exporters serve alike.
@@ -14,6 +18,7 @@ from keras_transformer.layers.series_stem import has_stem_features
 from keras_transformer.layers.validation import check_token_ids
 from keras_transformer.models._serialization import with_dtype_policy
 from keras_transformer.models._xla_dropout import XLADropoutMixin
+from keras_transformer.models.step_outputs import StepOutputs
 
 
 def class_probabilities(logits, num_classes):
@@ -35,19 +40,9 @@ def mixup_lambda(batch_size, alpha, seed):
     return ops.maximum(lam, 1.0 - lam)
 
 
-def is_mixed(y_pred, num_classes):
-    """Whether `y_pred` is a mixup training output: logits and lam, `(..., K + 1)`."""
-    return y_pred is not None and y_pred.shape[-1] == num_classes + 1
-
-
-def unmixed_logits(y_pred, num_classes):
-    """`y_pred` without its mixup lam: the logits `(..., K)`, whichever output it is."""
-    return y_pred[..., :-1] if is_mixed(y_pred, num_classes) else y_pred
-
-
-def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None, training=True):
-    """`compute_loss` (a `Model.compute_loss`) of a classifier's output `(B, K)`,
-    or of a mixup training output `(B, K + 1)` (logits, lam):
+def classifier_loss(compute_loss, x, y, logits, lam=None, sample_weight=None, training=True):
+    """`compute_loss` (a `Model.compute_loss`) of a classifier's logits `(B, K)`;
+    of a mixed batch, with its weights `lam` `(B,)`:
     mean_i w_i lam_i L(y_i) + w_{B-1-i} (1 - lam_i) L(y_{B-1-i}): each label's
     term times the sample weight of the example that label belongs to, so
     that an example of weight 0 (one a member holds out) teaches no one its
@@ -57,9 +52,9 @@ def classifier_loss(compute_loss, x, y, y_pred, num_classes, sample_weight=None,
     are doubled and the sum halved so that the model's own losses (weight
     regularisers), which each call adds once, count once.
     """
-    if not is_mixed(y_pred, num_classes):
-        return compute_loss(x, y, y_pred, sample_weight, training=training)
-    logits, lam = y_pred[..., :-1], ops.cast(y_pred[..., -1], "float32")
+    if lam is None:
+        return compute_loss(x, y, logits, sample_weight, training=training)
+    lam = ops.cast(lam, "float32")
     weight = ops.ones_like(lam) if sample_weight is None else ops.cast(sample_weight, "float32")
     own = compute_loss(x, y, logits, 2.0 * lam * weight, training=training)
     partner = compute_loss(x, ops.flip(y, axis=0), logits,
@@ -89,14 +84,25 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
     what every such classifier does alike: token ids checked before the
     graph casts them; with `mixup_alpha`, the training call mixes the
     pooled features of example i with those of example B-1-i and returns
-    `(B, num_classes + 1)` (the logits, then lam), whose loss
-    `classifier_loss` takes; metrics on the unmixed logits; probabilities.
+    the mixed batch's logits, keeping lam in `step_outputs` for
+    `compute_loss` (`classifier_loss`); the training metrics score those
+    logits against each example's own label; probabilities.
     """
 
     def _head(self, x):
         """Pooled features `(B, d)` -> float32 logits `(B, num_classes)`."""
         x = self.head_dropout(self.head_hidden(x))
         return self.logits_cast(self.head_output(x))
+
+    @property
+    def step_outputs(self):
+        """What the latest training call kept for `compute_loss`: `(lam,)` of a
+        mixed batch (`keras_transformer.models.step_outputs.StepOutputs`)."""
+        try:
+            return self._step_outputs
+        except AttributeError:
+            self._step_outputs = StepOutputs()
+            return self._step_outputs
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         # Validate before the functional graph casts float ids to int32.
@@ -114,8 +120,8 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
             lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
             weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
             mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)
-            logits = self._head(mixed)
-            return ops.concatenate([logits, ops.expand_dims(lam, -1)], axis=-1)
+            self.step_outputs.keep((lam,))
+            return self._head(mixed)
         # Explicit class: AutoGraph cannot resolve zero-argument super().
         return super(PooledClassifier, self).call(  # noqa: UP008 (AutoGraph)
             inputs, training=training, mask=mask, **kwargs
@@ -123,14 +129,9 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         parent = super(PooledClassifier, self)  # noqa: UP008 (AutoGraph)
-        return classifier_loss(parent.compute_loss, x, y, y_pred, self.num_classes,
-                               sample_weight, training)
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        # A mixup output is scored against each example's own (main) label.
-        return super(PooledClassifier, self).compute_metrics(  # noqa: UP008 (AutoGraph)
-            x, y, unmixed_logits(y_pred, self.num_classes), sample_weight=sample_weight
-        )
+        kept = self.step_outputs.take()  # a mixed batch's lam, from this step's call
+        lam = kept[0] if training and kept is not None else None
+        return classifier_loss(parent.compute_loss, x, y, y_pred, lam, sample_weight, training)
 
     @property
     def input_name(self):

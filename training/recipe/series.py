@@ -58,9 +58,10 @@ of every series with ~2000 biases, so that a member's cost was its stem
 work, U x B x min(T, 512) series-steps; since 2026-11-29 each series'
 tokens are computed once (`training.tasks.series_classification.FixedStems`)
 and a member costs its updates (five members 20-31 s of training and test
-on two idle cores, one model 6-8 s; once the members ran as one stacked
-network, `keras_transformer.models.stacked_members`, and in one epoch,
-five took 8-15 s).  The members share a budget of 3.2 M series-steps,
+on two idle cores, one model 6-8 s; once the members ran as one
+computation, their own layers mapped over their stacked weights
+(`keras_transformer.models.member_map`), and in one epoch, five took
+8-15 s).  The members share a budget of 3.2 M series-steps,
 five times ArrowHead's 0.60 M, and vote ArrowHead to 0.911
 against one model's 0.897, GunPoint to 0.982 against 0.978 (seeds 0-2).
 Where two members would exceed it (OSULeaf's 4.1 M a member, ACSF1's
