@@ -15,6 +15,7 @@ import os
 
 import keras
 
+from keras_transformer.layers import sublayers
 from keras_transformer.models import Transformer
 
 #: What `export_saved_model(quantize=...)` accepts.
@@ -47,7 +48,7 @@ def int8_tables(model):
     copy = type(model).from_config(model.get_config())
     copy.set_weights(model.get_weights())
     tables = [
-        layer for layer in copy._flatten_layers(include_self=False)
+        layer for layer in sublayers(copy)
         if isinstance(layer, keras.layers.Embedding)
     ]
     if not tables:

@@ -299,3 +299,63 @@ def test_the_modeling_library_uses_no_tensorflow():
             offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
                           if n.split(".")[0] in ("tensorflow", "tensorflow_text")]
     assert offenders == []
+
+
+#: Names with a leading underscore that are public API of their module.
+PUBLIC_UNDERSCORE = {
+    "os._exit",  # the documented way to end a process without the interpreter's teardown
+}
+
+
+def private_reads(source):
+    """`obj._name` reads in `source` where `obj` is not the object's own class:
+    not `self`, `cls` or `super()`, nor a name bound to `cls(...)` (an
+    object the class makes), and not listed in `PUBLIC_UNDERSCORE`."""
+    tree = ast.parse(source)
+    own = {"self", "cls"}
+    for node in ast.walk(tree):  # names bound to an instance the class makes itself
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "cls"):
+            own |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            continue
+        value = node.value
+        if isinstance(value, ast.Name) and value.id in own:
+            continue
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "super":
+            continue
+        if ast.unparse(node) in PUBLIC_UNDERSCORE:
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_modules_read_no_private_attribute_of_another_object():
+    """What another module needs of a class is a public property or method."""
+    reads = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found = private_reads(path.read_text(encoding="utf-8"))
+            if found:
+                reads[str(path.relative_to(ROOT))] = found
+    assert reads == {}
+
+
+def test_the_private_read_finder_finds_one():
+    source = (
+        "class A:\n"
+        "    def f(self, other):\n"
+        "        self._mine = super()._base()\n"
+        "        return other._theirs + self._mine\n"
+        "    @classmethod\n"
+        "    def make(cls):\n"
+        "        made = cls()\n"
+        "        made._setup()\n"
+        "        return made\n"
+        "def g(model):\n"
+        "    return model._flatten_layers(), os._exit\n"
+    )
+    assert private_reads(source) == ["4: other._theirs", "11: model._flatten_layers"]

@@ -9,7 +9,6 @@ overrides any field of the config's task from the command line.  The
 resolved config is written, flat, as `config.json` in the run directory.
 """
 
-import codecs
 import copy
 import dataclasses
 import json
@@ -218,9 +217,10 @@ class TrainingConfig:
         check_types(self.to_dict())
         for name, choices in CHOICES.items():
             _choice(name, getattr(self, name), choices)
-        try:
-            text_encoding = codecs.lookup(self.encoding)._is_text_encoding
-        except LookupError:
+        try:  # a codec that is no text encoding (base64, rot13) refuses str
+            "".encode(self.encoding)
+            text_encoding = True
+        except (LookupError, TypeError):
             text_encoding = False
         if not text_encoding:
             raise ValueError(

@@ -35,6 +35,7 @@ from keras_transformer.layers.series_stem import (
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
+from keras_transformer.layers.sublayers import sublayers
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -72,4 +73,5 @@ __all__ = [
     "series_lengths",
     "series_statistics",
     "step_mask",
+    "sublayers",
 ]

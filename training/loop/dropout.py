@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_transformer.layers import sublayers
+
 
 def disable_dropout(model):
     """Sets every dropout rate of `model` to 0; its step function retraces.
@@ -14,7 +16,7 @@ def disable_dropout(model):
     built rates (they only act in training).
     """
     changed = False
-    for layer in model._flatten_layers(include_self=False):
+    for layer in sublayers(model):
         if isinstance(layer, keras.layers.Dropout) and layer.rate > 0:
             layer.rate = 0.0
             changed = True

@@ -358,6 +358,11 @@ class WordPieceTokenizer(tf.Module):
         # FastBertTokenizer already merges the word axis: (B, None) pieces.
         return self._tokenizer.tokenize(normalize_text(strings, self.lower_case))
 
+    def tokenize_normalized_with_offsets(self, normalized):
+        """Already normalised strings (B,) -> `(ids, starts, ends)`, ragged
+        `(B, None)`: each piece's id and its byte span in its string."""
+        return self._tokenizer.tokenize_with_offsets(normalized)
+
     def _detokenize(self, ids):
         """Ids (B, None) int32 -> one string per row (B,).
 
@@ -556,7 +561,7 @@ class CharNGramTokenizer(tf.Module):
     def _tokenize(self, strings):
         """Strings (B,) -> ragged (B, None, 1 + char_ngrams_per_word) int32."""
         normalized = normalize_text(strings, self.lower_case)
-        ids, starts, ends = self.base._tokenizer.tokenize_with_offsets(normalized)
+        ids, starts, ends = self.base.tokenize_normalized_with_offsets(normalized)
         rows = tf.gather(normalized, ids.value_rowids())  # each token's sentence
         tokens = tf.strings.substr(rows, starts.flat_values, ends.flat_values - starts.flat_values)
         chars = tf.strings.unicode_split(tf.strings.join(["<", tokens, ">"]), "UTF-8",
