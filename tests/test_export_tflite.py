@@ -145,3 +145,28 @@ def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatc
     ]
     assert export_commands.main(argv) == 0
     assert verify_tflite(output, classifier, EXAMPLES, tokenizer=tokenizer)["ok"]
+
+
+def test_tensorflows_keras_converter_takes_a_classifier_not_a_dict_input_model(
+    classifier, translator
+):
+    """What the guide says of `tf.lite.TFLiteConverter.from_keras_model`: a
+    classifier converts and answers as Keras; a model whose inputs are a
+    dict, ours or a plain functional one, fails inside TensorFlow 2.21."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    ids = np.array([[5, 6, 7, 0, 0, 0, 0, 0]], "int32")[:, :MAX_SEQUENCE_LENGTH]
+    interpreter = Interpreter(
+        model_content=tf.lite.TFLiteConverter.from_keras_model(classifier).convert())
+    runner = interpreter.get_signature_runner()
+    (name,) = runner.get_input_details()
+    (got,) = runner(**{name: ids}).values()
+    np.testing.assert_allclose(got, classifier(ids), atol=1e-5)
+    inputs = {n: keras.Input((None,), dtype="int32", name=n)
+              for n in ("encoder_token_ids", "decoder_token_ids")}
+    plain = keras.Model(inputs, keras.layers.Embedding(10, 4)(inputs["decoder_token_ids"]))
+    for model in (translator, plain):
+        with pytest.raises(TypeError, match="'NoneType' object is not callable"):
+            tf.lite.TFLiteConverter.from_keras_model(model).convert()

@@ -484,3 +484,15 @@ def test_time_budget_is_met_ends_annealed_and_validation_rises(tmp_path, monkeyp
     # at most one epoch's batches skipped by any `fit`.
     assert skipped and max(skipped) <= metrics["steps_per_epoch"], skipped
     assert plan.get("revisions", 0) >= 1, plan  # revised during the one `fit`
+
+
+def test_a_run_gives_the_callers_dtype_policy_back():
+    from training.train import _process_settings
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        with _process_settings(load_config("tiny", ["precision=float32"])):
+            assert keras.config.dtype_policy().name == "float32"  # the run's
+        assert keras.config.dtype_policy().name == "mixed_bfloat16"  # the caller's again
+    finally:
+        keras.config.set_dtype_policy("float32")

@@ -193,11 +193,12 @@ def _process_settings(config):
     determinism_was = tf_config.is_op_determinism_enabled()
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
+    policy_was = keras.config.dtype_policy()
     keras.config.set_dtype_policy(config.precision)
     try:
         yield
     finally:
-        keras.config.set_dtype_policy("float32")
+        keras.config.set_dtype_policy(policy_was)
         if not determinism_was:
             # No public API turns it off; this is what enable() undoes.
             tf_config.disable_op_determinism()
