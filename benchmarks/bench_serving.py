@@ -44,7 +44,11 @@ CTranslate2 exports are also held to the Keras model by `verify_ctranslate2`
 (greedy, and beam 4 at length penalty 0 on both sides, where the two
 length penalties coincide).
 
-    python3 benchmarks/bench_serving.py [--quick] [--run-dir RUN]
+    python3 benchmarks/bench_serving.py [--quick] [--run-dir RUN] [--model pre_ln_gelu]
+
+`--model pre_ln_gelu`: the same sizes with pre-LN blocks and GELU (the
+options a user's variant might take), which decode on the same path as the
+paper's model; its rows are stored with `"model": "pre_ln_gelu"`.
 
 `--quick`: N=1, d_model=128, d_ff=512, 5 rounds, batch 1 only.  Default: 15
 rounds at batch 1, 7 at batch 32.
@@ -63,6 +67,8 @@ from training.tasks import get_task
 SIZES = dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=1024,
              max_sequence_length=64)
 QUICK_SIZES = dict(SIZES, num_layers=1, hidden_dim=128, intermediate_dim=512)
+#: `--model`: the paper's layout, or pre-LN blocks with GELU.
+MODELS = {"paper": {}, "pre_ln_gelu": {"normalize_first": True, "activation": "gelu"}}
 SOURCE_PIECES = 20
 BEAM = 4
 LENGTH_PENALTY = 0.6
@@ -205,8 +211,9 @@ def speed(args, info):
     tokenizer = synthetic_tokenizer()
     task = get_task("translation", tokenizer=tokenizer)
     keras.utils.set_random_seed(0)
-    model = Transformer(vocabulary_size=tokenizer.vocabulary_size, **sizes)
-    print(f"model {sizes}, vocabulary {tokenizer.vocabulary_size}", flush=True)
+    model = Transformer(vocabulary_size=tokenizer.vocabulary_size, **sizes,
+                        **MODELS[args.model])
+    print(f"model {args.model} {sizes}, vocabulary {tokenizer.vocabulary_size}", flush=True)
     greedy, beam = keras_searches(model, sizes["max_sequence_length"])
     loaded, ct2 = exports(model, task, tempfile.mkdtemp(prefix="kt_serving_"))
     signatures = loaded.signatures
@@ -263,7 +270,7 @@ def speed(args, info):
         for name in ("batch_1",) if args.quick else ("batch_1", "batch_32"):
             latency[path].setdefault(name, {}).setdefault("greedy", None)
             latency[path][name].setdefault("beam4", None)
-    return {"sizes": sizes, "latency_s": latency, "groups": groups}
+    return {"model": args.model, "sizes": sizes, "latency_s": latency, "groups": groups}
 
 
 def check_agreement(search, candidates, tokenizer, ct2, vocabulary):
@@ -377,6 +384,8 @@ def main():
                             help="test set of --run-dir (default: Multi30k test_2016_flickr)")
         parser.add_argument("--skip-speed", action="store_true",
                             help="with --run-dir: the BLEU table only")
+        parser.add_argument("--model", choices=sorted(MODELS), default="paper",
+                            help="the speed model's layout (default: the paper's)")
 
     args = common.parse_args(__doc__.splitlines()[0], extra)
     info = common.machine_info()
