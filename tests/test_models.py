@@ -415,3 +415,28 @@ def test_a_classifier_saved_in_the_layout_before_stems_is_refused_saying_what_to
             archive.writestr(name, data)
     with pytest.raises(Exception, match=r"Retrain the model"):
         keras.saving.load_model(path)
+
+
+def test_every_model_answers_with_one_shape_in_training_and_at_inference():
+    """What training needs beyond the answer (an ensemble's member logits,
+    mixup's lam) is kept for compute_loss, never returned by the call."""
+    from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier, VisionTransformer
+
+    def text(name, mixup_alpha):
+        return TextCNNClassifier(num_classes=3, vocabulary_size=20, hidden_dim=8,
+                                 max_sequence_length=8, ngram_widths=(2, 3), pooling="max",
+                                 mixup_alpha=mixup_alpha, name=name)
+
+    ids = np.array([[5, 6, 7, 0], [8, 9, 3, 4]], "int32")
+    cases = [
+        (Transformer.from_preset("tiny", vocabulary_size=20, num_layers=1),
+         {"encoder_token_ids": ids, "decoder_token_ids": ids}),
+        (text("plain", 0.0), ids),
+        (text("mixing", 0.4), ids),
+        (ClassifierEnsemble([text(f"m{i}", 0.4) for i in range(3)]), ids),
+        (VisionTransformer(num_classes=3, image_size=8, patch_size=4, num_layers=1,
+                           hidden_dim=8, num_heads=2, intermediate_dim=16),
+         np.zeros((2, 8, 8, 1), "float32")),
+    ]
+    for model, x in cases:
+        assert model(x, training=True).shape == model(x, training=False).shape, model.name
