@@ -143,21 +143,25 @@ class ModelManager:
         """One scan of every base path: loads, refuses and retires versions."""
         for name, source in self.sources.items():
             folders = await asyncio.to_thread(version_folders, source.base_path)
-            candidates = {}
-            for version, path in folders.items():
-                refused = self._refused[name].get(version)
-                if refused is not None and refused == fingerprint(path):
-                    continue
-                candidates[version] = path
-            aspired = source.aspired(candidates)
-            for version in aspired:
-                if version not in self.served[name]:
+            while True:  # each pass serves or refuses a version: it ends
+                candidates = {v: p for v, p in folders.items() if not self._still_refused(
+                    name, v, p)}
+                aspired = source.aspired(candidates)
+                missing = [v for v in aspired if v not in self.served[name]]
+                if not missing:
+                    break
+                for version in missing:
                     await self._load(source, version, candidates[version])
             keep = set(aspired) & set(self.served[name])
             if not keep:
                 continue  # nothing aspired could be served: keep what is served
             for version in sorted(set(self.served[name]) - keep):
                 self._retire(name, version)
+
+    def _still_refused(self, name, version, path):
+        """Whether `version` was refused and its files have not changed since."""
+        refused = self._refused[name].get(version)
+        return refused is not None and refused == fingerprint(path)
 
     async def _load(self, source, version, path):
         statuses = self.statuses[source.name]
@@ -169,7 +173,7 @@ class ModelManager:
             servable = await loop.run_in_executor(self._loader, self._load_and_warm,
                                                   source.name, version, path)
         except Exception as error:  # noqa: BLE001  (refused, with its reason)
-            message = " ".join(str(error).split()) or type(error).__name__
+            message = " ".join(str(error).split()).rstrip(".") or type(error).__name__
             code = "DATA_LOSS" if isinstance(error, (ValueError, OSError)) else "UNKNOWN"
             statuses[version] = VersionStatus("END", code, message)
             self._refused[source.name][version] = before

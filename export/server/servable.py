@@ -1,7 +1,7 @@
 """One version of a model: checked, loaded, described and warmed up.
 
 `Servable.load` runs in the loader thread (`export.server.model_manager`):
-the version folder's `manifest.json` first (`check_saved_model_export`: a
+the version folder's `manifest.json` first (`check_written`, as `predict --saved-model`: a
 file missing, cut short or changed is named and the version refused before
 TensorFlow reads it), then `tf.saved_model.load` (a damaged variables file
 is a ValueError naming it), the export's tokenizer and
@@ -23,7 +23,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from export.server.batch_keys import BatchKeys
 from export.server.signature import ServedSignature
 from keras_transformer.models.transformer_config import RESERVED_TOKENS
-from training.data.manifest import check_saved_model_export
+from training.data.manifest import SAVED_MODEL_FILES, check_written
 from training.runs.predict import load_saved_model
 from training.text.tokenizers import load_tokenizer
 
@@ -113,7 +113,9 @@ class Servable:
         what is wrong with it)."""
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            check_saved_model_export(path)
+            check_written(path, "saved_model", repr(path),
+                          "export the model again, into a new version folder",
+                          SAVED_MODEL_FILES)
         loaded = load_saved_model(path)
         pieces = None
         if os.path.isfile(os.path.join(path, "assets", "vocab.txt")):
