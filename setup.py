@@ -52,6 +52,8 @@ setup(
             # tests/test_jax_backend.py: the modeling library on Keras' JAX
             # backend (CPU), in a subprocess.
             "jax>=0.10,<0.12",
+            # tests/test_server_*.py: the serve extra, and httpx as their client.
+            "starlette>=0.40", "uvicorn>=0.30", "prometheus-client>=0.20", "httpx>=0.27",
         ],
         "bench": [
             "keras-hub>=0.32,<0.33",
