@@ -1,11 +1,21 @@
 """Concurrent requests to one signature, run together as one call.
 
 Each (model, version, signature) has a `Batcher`: a bounded queue per batch
-key (`export.server.batch_keys`) and the rule TensorFlow Serving's batch
-scheduler follows.  A queue becomes a batch when it holds `max_batch_size`
-rows, or `batch_timeout_micros` after its oldest request arrived, and a
-batch thread is free; the oldest ready queue goes first.  A batch takes
-whole requests, oldest first, up to `max_batch_size` rows.
+key (`export.server.batch_keys`).  Once a batch thread is free, a queue
+becomes a batch when it holds `max_batch_size` rows, or when no request
+has joined it for `batch_timeout_micros` (and at most ten timeouts after
+its first request arrived or the thread became free, whichever is later);
+the oldest ready queue goes first.  A batch takes whole requests, oldest
+first, up to `max_batch_size` rows.
+
+This is where it differs from TensorFlow Serving's scheduler, which runs a
+batch a timeout after its first request arrived: while a batch runs, the
+clients it will answer are silent, and those who queued meanwhile would
+run at once, without them, as a batch of half the size; clients answered
+together then stay in two halves for good.  Counting from the latest
+arrival, and from the moment the thread is free, lets the answered
+clients' next requests join, so that 32 clients fill batches of 32.  A
+request alone waits one timeout, as there.
 
 Everything here runs on the event loop except the call itself, which runs
 in one of the `BatchThreads` (TensorFlow never runs on the loop):
@@ -75,6 +85,7 @@ class BatchThreads:
         self.count = count
         self.executor = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix=name)
         self.free = count
+        self.freed_at = 0.0  # when a thread last became free (time.monotonic)
         self._waiting = collections.OrderedDict()  # batchers waiting for a slot
 
     def acquire(self, batcher):
@@ -87,6 +98,7 @@ class BatchThreads:
 
     def release(self):
         self.free += 1
+        self.freed_at = time.monotonic()
         while self.free and self._waiting:
             batcher, _ = self._waiting.popitem(last=False)
             batcher.schedule()
@@ -124,6 +136,7 @@ class Batcher:
         self.running = 0  # batches running
         self._queues = collections.OrderedDict()  # key -> deque of Task
         self._key_rows = collections.Counter()
+        self._joined = {}  # key -> when its newest request arrived
         self._timer = None
 
     def _units(self, task):
@@ -148,6 +161,7 @@ class Batcher:
         task = Task(inputs, rows, key, deadline, asyncio.get_running_loop().create_future())
         self._queues.setdefault(key, collections.deque()).append(task)
         self._key_rows[key] += units
+        self._joined[key] = task.arrived
         self.queued += units
         self.schedule()
         return task
@@ -172,6 +186,7 @@ class Batcher:
             queue.popleft()
         if not queue:
             del self._queues[key]
+            self._joined.pop(key, None)
             return None
         return queue[0]
 
@@ -183,7 +198,9 @@ class Batcher:
             head = self._head(key)
             if head is None:
                 continue
-            due = head.arrived + self.policy.timeout_s
+            timeout, freed = self.policy.timeout_s, self.threads.freed_at
+            due = min(max(self._joined[key], freed) + timeout,
+                      max(head.arrived, freed) + 10 * timeout)
             if self._key_rows[key] >= full or due <= now:
                 if ready is None or head.arrived < ready_arrival:
                     ready, ready_arrival = key, head.arrived
@@ -214,6 +231,7 @@ class Batcher:
             rows += task.rows
         if not queue:
             self._queues.pop(key, None)
+            self._joined.pop(key, None)
         return batch
 
     def schedule(self):
@@ -259,7 +277,6 @@ class Batcher:
 
     def _finished(self, batch, future, started):
         self.running -= 1
-        self.threads.release()
         try:
             results = future.result()
         except BaseException as error:  # the executor shut down under it
@@ -275,4 +292,11 @@ class Batcher:
             waited = started - min(task.arrived for task in batch)
             self.on_batch(sum(t.rows for t in batch), len(batch), time.monotonic() - started,
                           waited)
+        # The thread is free once the answers are written (the handlers woken
+        # above run first): the timeout then counts from when their clients
+        # can send again.
+        asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self):
+        self.threads.release()
         self.schedule()

@@ -49,6 +49,24 @@ def batch_policy(options):
                        batching.max_queued_rows)
 
 
+def _listening_socket(host, port):
+    """A bound TCP socket for `host:port`, created with IPPROTO_TCP: asyncio
+    turns Nagle's algorithm off (TCP_NODELAY) only on sockets of that
+    protocol, and without it an answer written in two parts (headers, body)
+    waits 40 ms for the client's delayed acknowledgement."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        raise OSError(error.errno, f"Cannot listen on {host}:{port} "
+                      f"(--rest_api_host, --rest_api_port): {error.strerror}") from None
+    return sock
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn's server, telling `Server` when it is asked to stop, and ending
     without re-raising the signal (so that SIGTERM exits 0)."""
@@ -96,7 +114,7 @@ class Server:
         self.manager = ModelManager(options, self.threads, policy, self._batch_ran)
         self.metrics.watch(self.manager)
         self.app = build_app(self, self._lifespan)
-        self.socket = socket.create_server((options.host, options.port), reuse_port=False)
+        self.socket = _listening_socket(options.host, options.port)
         self.port = self.socket.getsockname()[1]
         config = uvicorn.Config(
             self.app, log_config=None, log_level="warning", access_log=False,

@@ -5,7 +5,9 @@ the version folder's `manifest.json` first (`check_written`, as `predict --saved
 file missing, cut short or changed is named and the version refused before
 TensorFlow reads it), then `tf.saved_model.load` (a damaged variables file
 is a ValueError naming it), the export's tokenizer and
-`max_sequence_length` for the batch keys (`export.server.batch_keys`), and
+`max_sequence_length` for the batch keys (`export.server.batch_keys`: a
+translator's read from its own `translate_ids`, a classifier's from
+`assets/config.json`), and
 the signature defs of `saved_model.pb` for `/metadata`.  `warm_up` runs
 every signature once (and, if asked, every XLA bucket) before the version
 is marked AVAILABLE, so that no client pays for a first call.
@@ -15,17 +17,19 @@ import json
 import os
 import warnings
 
-import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow.core.protobuf import saved_model_pb2
 
 from export.server.batch_keys import BatchKeys
 from export.server.signature import ServedSignature
-from keras_transformer.models.transformer_config import RESERVED_TOKENS
+from keras_transformer.models.transformer_config import RESERVED_TOKENS, UNK_ID
 from training.data.manifest import SAVED_MODEL_FILES, check_written
 from training.runs.predict import load_saved_model
 from training.text.tokenizers import load_tokenizer
+
+#: Longer than any model's `max_sequence_length` (it is cut to that at once).
+PROBE_SOURCE_LENGTH = 1 << 16
 
 
 def _max_sequence_length(config):
@@ -38,6 +42,20 @@ def _max_sequence_length(config):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def _translator_max_sequence_length(loaded):
+    """A translator's `max_sequence_length`, from its own `translate_ids`.
+
+    Its source is cut to `max_sequence_length` columns and it decodes
+    min(S + 50, `max_sequence_length`) positions, all of them returned: a
+    source longer than any model's limit gives back exactly the limit.
+    """
+    if "translate_ids" not in loaded.signatures:
+        return None
+    source = tf.fill([1, PROBE_SOURCE_LENGTH], UNK_ID)
+    token_ids = loaded.signatures["translate_ids"](encoder_token_ids=source)["token_ids"]
+    return int(token_ids.shape[1])
 
 
 def _read_config(path):
@@ -120,7 +138,9 @@ class Servable:
         pieces = None
         if os.path.isfile(os.path.join(path, "assets", "vocab.txt")):
             pieces = _Pieces(load_tokenizer(os.path.join(path, "assets")))
-        keys = BatchKeys(pieces, _max_sequence_length(_read_config(path)))
+        limit = _translator_max_sequence_length(loaded) or _max_sequence_length(
+            _read_config(path))
+        keys = BatchKeys(pieces, limit)
         return cls(model_name, version, path, loaded, keys, pieces,
                    [str(w.message) for w in caught])
 
@@ -144,12 +164,3 @@ class Servable:
                            "version": str(self.version)},
             "metadata": {"signature_def": {"signature_def": self.signature_defs}},
         }
-
-    def example_row(self, signature_name):
-        """One valid row for the page's form (`export.server.page`)."""
-        signature = self.signatures[signature_name]
-        row = {}
-        for name, spec in signature.inputs.items():
-            value = np.zeros(tuple(1 if s is None else s for s in spec.shape[1:]))
-            row[name] = "" if spec.kind == "string" else value.tolist()
-        return row
