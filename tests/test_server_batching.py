@@ -215,6 +215,23 @@ def test_a_request_past_its_deadline_or_cancelled_leaves_its_batch():
     assert int(kept["y"][0]) == 6 and signature.batches == [[0], [3]]
 
 
+def test_alone_each_request_is_its_own_call_whatever_its_rows():
+    signature, threads, batcher = _batcher(max_batch_size=1, max_queued=2, single=True)
+
+    async def main():
+        tasks = [_submit(batcher, v, key=None, rows=3) for v in (1, 2, 3)]  # 1 runs
+        with pytest.raises(RequestError) as refused:
+            _submit(batcher, 4, key=None)
+        signature.gate.set()
+        return refused.value, await asyncio.gather(*(t.future for t in tasks))
+
+    refused, results = asyncio.run(main())
+    threads.shutdown()
+    assert refused.status == 503 and "2 requests waiting" in refused.message
+    assert [r["y"].tolist() for r in results] == [[2, 2, 2], [4, 4, 4], [6, 6, 6]]
+    assert signature.batches == [[1, 1, 1], [2, 2, 2], [3, 3, 3]]
+
+
 def test_a_failing_batch_runs_again_one_request_at_a_time():
     signature, threads, batcher = _batcher(timeout_s=0.2)
     signature.gate.set()
@@ -228,3 +245,22 @@ def test_a_failing_batch_runs_again_one_request_at_a_time():
     assert int(good["y"][0]) == 8 and int(other["y"][0]) == 10
     assert isinstance(bad, RequestError) and "row -1" in bad.message
     assert signature.batches == [[4, -1, 5], [4], [-1], [5]]
+
+
+def test_without_batching_each_request_is_a_call_of_its_own(tmp_path):
+    from tests.export_fixtures import exported_classifier
+    from tests.server_fixtures import add_version, running_server
+
+    base = str(tmp_path / "classifier")
+    add_version(exported_classifier(), base, 1)
+    requests = [SENTENCES[i:i + 1 + i % 3] for i in range(20)]
+    with running_server({"classifier": base}, batching=None) as server:
+        answers = request_many(server.url, [
+            ("POST", "/v1/models/classifier:predict", {"instances": sentences})
+            for sentences in requests], clients=8)
+        counts = _batch_counts(server, "classifier", "serving_default")
+    for sentences, (status, answer, _) in zip(requests, answers, strict=True):
+        assert status == 200, answer
+        assert_same_answer(answer, expected("classifier", "serving_default",
+                                            {"sentences": texts(sentences)}))
+    assert counts == {"count": 20.0, "sum": float(sum(len(r) for r in requests))}

@@ -46,6 +46,7 @@ from export.server.errors import (
 )
 
 QUEUED, RUNNING, DONE = "queued", "running", "done"
+_NO_KEY = object()  # `_ready`'s "no queue is ready" (None is a key like any other)
 _INVALID_ARGUMENT = 3  # tf.errors.INVALID_ARGUMENT
 
 
@@ -192,7 +193,7 @@ class Batcher:
 
     def _ready(self, now):
         """The key of the oldest ready queue, and the time the next one gets ready."""
-        ready, ready_arrival, next_time = None, None, None
+        ready, ready_arrival, next_time = _NO_KEY, None, None
         full = 1 if self.policy.single else self.policy.max_batch_size
         for key in list(self._queues):
             head = self._head(key)
@@ -202,7 +203,7 @@ class Batcher:
             due = min(max(self._joined[key], freed) + timeout,
                       max(head.arrived, freed) + 10 * timeout)
             if self._key_rows[key] >= full or due <= now:
-                if ready is None or head.arrived < ready_arrival:
+                if ready is _NO_KEY or head.arrived < ready_arrival:
                     ready, ready_arrival = key, head.arrived
             elif next_time is None or due < next_time:
                 next_time = due
@@ -240,7 +241,7 @@ class Batcher:
         while True:
             now = time.monotonic()
             key, next_time = self._ready(now)
-            if key is None:
+            if key is _NO_KEY:
                 break
             if not self.threads.acquire(self):
                 return  # `release` calls again
