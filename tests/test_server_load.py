@@ -8,14 +8,16 @@ batch thread is held, the excess refused within 100 ms, the rest answered
 right once it is let go, the process's memory flat over repeated bursts.
 """
 
+import json
 import re
+import socket
 import threading
 import time
 
 import pytest
 
 from export.server.config import BatchingParameters
-from tests.export_fixtures import SENTENCES, exported_translator
+from tests.export_fixtures import SENTENCES, exported_classifier, exported_translator
 from tests.server_fixtures import (
     add_version,
     assert_same_answer,
@@ -113,3 +115,74 @@ def test_twice_the_bound_at_once_refuses_the_excess_at_once(tmp_path):
                     assert_same_answer(answer, reference)
             memory.append(_resident_mib())
     assert max(memory[1:]) - memory[1] < 32, f"resident MiB after each burst: {memory}"
+
+
+def _queued(server, model):
+    return sum(b.queued for b in server.manager.version(model).batchers.values())
+
+
+def _wait(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.01)
+
+
+_BODY = json.dumps({"instances": SENTENCES[:1]}).encode()
+
+
+def _held(server, count):
+    """Holds the one batch thread and sends `count` requests from a thread;
+    returns (gate, sender thread, result dict)."""
+    gate = threading.Event()
+    server.threads.executor.submit(gate.wait, 60)
+    result = {}
+    sender = threading.Thread(target=lambda: result.update(answers=request_many(
+        server.url, [("POST", "/v1/models/classifier:predict", _BODY)] * count,
+        clients=count)))
+    sender.start()
+    return gate, sender, result
+
+
+def _answered_right(server):
+    with client(server) as http:
+        answer = http.post("/v1/models/classifier:predict", content=_BODY)
+    assert answer.status_code == 200
+    assert_same_answer(answer.json(), expected("classifier", "serving_default",
+                                               {"sentences": texts(SENTENCES[:1])}))
+
+
+def test_a_client_that_disconnects_leaves_the_queue(tmp_path):
+    base = str(tmp_path / "classifier")
+    add_version(exported_classifier(), base, 1)
+    request = (b"POST /v1/models/classifier:predict HTTP/1.1\r\nHost: x\r\n"
+               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(_BODY)
+               + _BODY)
+    with running_server({"classifier": base}) as server:
+        gate, sender, result = _held(server, 1)
+        batcher = server.manager.version("classifier").batchers["serving_default"]
+        _wait(lambda: batcher.running == 1)  # its batch waits for the held thread
+        host, port = server.url.split("//")[1].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as gone:
+            gone.sendall(request)
+            _wait(lambda: batcher.queued == 1)
+        _wait(lambda: batcher.queued == 0)  # closed: its row left the queue
+        gate.set()
+        sender.join(30)
+        assert [status for status, _, _ in result["answers"]] == [200]
+        _answered_right(server)
+
+
+def test_a_request_past_its_deadline_is_answered_504_and_leaves_its_batch(tmp_path):
+    base = str(tmp_path / "classifier")
+    add_version(exported_classifier(), base, 1)
+    with running_server({"classifier": base}, timeout_ms=500) as server:
+        gate, sender, result = _held(server, 2)  # one in the held batch, one queued
+        sender.join(30)
+        answers = result["answers"]
+        assert [status for status, _, _ in answers] == [504, 504], answers
+        assert all("Deadline exceeded" in answer["error"] and 0.4 < seconds < 5
+                   for _, answer, seconds in answers), answers
+        assert server.manager.version("classifier").batchers["serving_default"].queued == 0
+        gate.set()
+        _answered_right(server)
