@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export.server.batch_keys import BatchKeys, batch_sizes, bucket
+from export.server.batch_keys import BatchKeys, PieceCounter, batch_sizes, bucket
 from export.server.batcher import Batcher, BatchPolicy, BatchThreads
 from export.server.errors import RequestError
 from tests.export_fixtures import SENTENCES, tiny_tokenizer
@@ -65,6 +65,29 @@ def test_batch_keys_group_what_the_signature_treats_alike():
     unknown = BatchKeys()  # no tokenizer: every request of sentences alone
     assert unknown.key("serving_default", {"sentences": np.array([b"a"], object)}) != \
         unknown.key("serving_default", {"sentences": np.array([b"a"], object)})
+
+
+def test_word_pieces_of_concurrent_requests_are_counted_in_one_call():
+    import concurrent.futures
+
+    calls = []
+
+    def lengths(sentences):
+        calls.append(len(sentences))
+        return np.array([len(s.split()) for s in sentences])
+
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    counter = PieceCounter(lengths, executor)
+    requests = [np.array([b"a b", b"c"], object), np.array([b"d e f"], object),
+                np.array([b""], object), np.array([b"g h i j"], object)]
+
+    async def main():
+        return await asyncio.gather(*(counter.count(r) for r in requests))
+
+    counts = asyncio.run(main())
+    executor.shutdown()
+    assert [c.tolist() for c in counts] == [[2, 1], [3], [0], [4]]
+    assert calls == [2, 3]  # the first alone, the three that came meanwhile together
 
 
 def _batch_counts(server, model, signature):

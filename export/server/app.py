@@ -10,8 +10,9 @@
 | `GET /` | a page to try the models (`export.server.page`) |
 
 A predict request is read (at most `max_body_bytes`; 413 past it), parsed
-and checked in a worker thread (JSON, the signature's inputs, the batch key:
-nothing heavy on the event loop), queued in its signature's `Batcher`, and
+and checked in a worker thread (JSON, the signature's inputs: nothing heavy
+on the event loop), keyed (its sentences' word pieces counted with those of
+the requests beside it, `PieceCounter`), queued in its signature's `Batcher`, and
 answered when its batch has run, its deadline has passed (504) or its
 client has gone (the request leaves the queue).  Every failure is
 `{"error": "..."}` with the status `export.server.errors` lists.
@@ -22,12 +23,14 @@ import json
 import logging
 import re
 import time
+import weakref
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from export.server.batch_keys import PieceCounter
 from export.server.errors import (
     RequestError,
     bad_request,
@@ -67,6 +70,7 @@ class RestApi:
     def __init__(self, server):
         self.server = server
         self.options = server.options
+        self._counters = weakref.WeakKeyDictionary()  # ServedVersion -> PieceCounter
 
     def routes(self):
         return [Route("/", self.page, methods=["GET"]),
@@ -133,9 +137,14 @@ class RestApi:
         served = self.server.manager.version(name, version)
         body = await self._body(request)
         loop = asyncio.get_running_loop()
-        batching = self.options.batching is not None
-        signature, parsed, key = await loop.run_in_executor(
-            self.server.prepare, _prepare, served.servable, body, batching)
+        signature, parsed = await loop.run_in_executor(
+            self.server.prepare, _prepare, served.servable, body)
+        key = None
+        if self.options.batching is not None:
+            sentences = signature.keys.sentences(parsed.inputs)
+            counts = None if sentences is None else await self._counter(served).count(
+                sentences)
+            key = signature.batch_key(parsed.inputs, counts)
         deadline = started + self.options.timeout_ms / 1000
         batcher = served.batchers[signature.name]
         task = batcher.submit(parsed.inputs, parsed.rows, key, deadline)
@@ -153,6 +162,14 @@ class RestApi:
                                     f"{self.options.timeout_ms} ms (rest_api_timeout_in_ms).")
         outputs = task.future.result()  # a RequestError is raised here
         return json_response(predict_response(outputs, parsed.columnar))
+
+    def _counter(self, served):
+        """The `PieceCounter` of a version in service (one per version)."""
+        counter = self._counters.get(served)
+        if counter is None:
+            counter = PieceCounter(served.servable.keys.lengths, self.server.prepare)
+            self._counters[served] = counter
+        return counter
 
     async def _body(self, request):
         limit = self.options.max_body_bytes
@@ -189,17 +206,15 @@ def _version(text):
     return int(text)
 
 
-def _prepare(servable, body, batching):
-    """In a worker thread: the body's signature, its `PredictRequest` and batch key."""
+def _prepare(servable, body):
+    """In a worker thread: the body's signature and its `PredictRequest`."""
     document = read_json_body(body)
     name = signature_name(document)
     signature = servable.signatures.get(name)
     if signature is None:
         raise not_found(f"Serving signature name: {name!r} not found in signature def; the "
                         f"model's signatures are {', '.join(sorted(servable.signatures))}.")
-    parsed = read_predict(document, signature.inputs)
-    key = signature.batch_key(parsed.inputs) if batching else None
-    return signature, parsed, key
+    return signature, read_predict(document, signature.inputs)
 
 
 def build_app(server, lifespan):

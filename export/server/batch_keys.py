@@ -15,7 +15,8 @@ that the signature would treat alike, by a key:
 | sentences | an XLA program (`*_xla`) | the source-length bucket of S and min(S + 50, `max_sequence_length`); S itself where a row is empty (such a batch keeps its own width) |
 
 S is counted with the export's own tokenizer (`assets/`), in the worker
-threads: the same pieces the graph cuts.  Without a tokenizer or a
+threads, for all the requests that arrive together in one call
+(`PieceCounter`): the same pieces the graph cuts.  Without a tokenizer or a
 `max_sequence_length` in `assets/config.json`, sentences are keyed by
 exact S (or each request batched alone), never more loosely.  Rows of a
 bucket are padded with copies of a real row, which finish when it does;
@@ -23,6 +24,7 @@ bucket are padded with copies of a real row, which finish when it does;
 unbatched ones.
 """
 
+import asyncio
 import itertools
 
 import numpy as np
@@ -63,15 +65,26 @@ class BatchKeys:
         self.lengths = lengths
         self.max_sequence_length = max_sequence_length
 
-    def key(self, signature_name, inputs):
-        """The key of a request: {input name: array} for `signature_name`."""
-        shapes = tuple((name, array.shape[1:]) for name, array in sorted(inputs.items()))
+    def sentences(self, inputs):
+        """The sentences of a request whose word pieces its key needs, or None."""
         strings = [array for array in inputs.values() if array.dtype == object]
-        if not strings:
+        if strings and self.lengths is not None and len(inputs) == 1:
+            return strings[0]
+        return None
+
+    def key(self, signature_name, inputs, counts=None):
+        """The key of a request: {input name: array} for `signature_name`.
+
+        `counts`: the word pieces of `sentences(inputs)` if already counted
+        (`PieceCounter`); counted here otherwise.
+        """
+        shapes = tuple((name, array.shape[1:]) for name, array in sorted(inputs.items()))
+        if not any(array.dtype == object for array in inputs.values()):
             return shapes
-        if self.lengths is None or len(inputs) != 1:
+        sentences = self.sentences(inputs)
+        if sentences is None:
             return ("alone", next(_ALONE))  # no way to know what the graph pads to
-        counts = np.asarray(self.lengths(strings[0]))
+        counts = np.asarray(self.lengths(sentences) if counts is None else counts)
         limit = self.max_sequence_length
         if limit is not None:
             counts = np.minimum(counts, limit)
@@ -101,3 +114,57 @@ def batch_sizes(largest):
         sizes.append(size)
         size *= 2
     return sizes + [bucket(largest)]
+
+
+class PieceCounter:
+    """Counts the word pieces of concurrent requests' sentences in one call.
+
+    A call of the tokenizer costs about as much for one sentence as for a
+    few dozen, so requests that arrive while a count runs are counted
+    together in the next, in a worker thread (`executor`).
+
+    Args:
+        lengths: `BatchKeys.lengths`.
+        executor: Where the counts run.
+    """
+
+    def __init__(self, lengths, executor):
+        self.lengths = lengths
+        self.executor = executor
+        self._pending = []
+        self._running = False
+
+    async def count(self, sentences):
+        """The word pieces of each of `sentences` (a numpy array of bytes)."""
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((sentences, future))
+        if not self._running:
+            self._start()
+        return await future
+
+    def _start(self):
+        batch, self._pending = self._pending, []
+        self._running = True
+        counting = asyncio.get_running_loop().run_in_executor(
+            self.executor, self._count_all, [sentences for sentences, _ in batch])
+        counting.add_done_callback(lambda done: self._done(batch, done))
+
+    def _count_all(self, arrays):
+        counts = np.asarray(self.lengths(np.concatenate(arrays)))
+        bounds = np.cumsum([0] + [len(a) for a in arrays])
+        return [counts[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def _done(self, batch, done):
+        self._running = False
+        try:
+            results = done.result()
+        except Exception as error:  # noqa: BLE001  (each request gets the error)
+            results = [error] * len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+        if self._pending:
+            self._start()

@@ -43,9 +43,9 @@ class ServedSignature:
         self.inputs = input_specs(function)
         self.outputs = tuple(sorted(function.structured_outputs))
 
-    def batch_key(self, inputs):
+    def batch_key(self, inputs, counts=None):
         """What requests batched with this one must share (`BatchKeys.key`)."""
-        return self.keys.key(self.name, inputs)
+        return self.keys.key(self.name, inputs, counts)
 
     def __call__(self, inputs):
         """{name: numpy array} -> {output: numpy array}, one call of the signature."""
