@@ -91,7 +91,7 @@ class RestApi:
 
     async def models(self, request):
         started = time.monotonic()
-        api, name, status = "unknown", "", 500
+        api, name, failure = "unknown", "", ""
         try:
             match = _PATH.fullmatch(request.path_params["path"])
             if match is None:
@@ -120,17 +120,16 @@ class RestApi:
                 response = json_response(self.server.manager.status(name, version))
         except RequestError as error:
             response = json_response(error.body, error.status)
-        except Exception as error:  # noqa: BLE001  (a bug: answered, logged on one line)
-            LOG.error("%s %s failed: %s: %s", request.method, request.url.path,
-                      type(error).__name__, " ".join(str(error).split()))
+        except Exception as error:  # noqa: BLE001  (a bug: answered, and logged below)
+            failure = f" ({type(error).__name__}: {' '.join(str(error).split())})"
             response = json_response({"error": f"Internal error: {type(error).__name__}"},
                                      500)
         status = response.status_code
         seconds = time.monotonic() - started
         self.server.metrics.answered(name, api, status, seconds)
-        if self.options.log_requests:
-            LOG.info("%s %s %d %.1f ms", request.method, request.url.path, status,
-                     seconds * 1e3)
+        if self.options.log_requests or failure:  # one line a request at most
+            LOG.log(logging.ERROR if failure else logging.INFO, "%s %s %d %.1f ms%s",
+                    request.method, request.url.path, status, seconds * 1e3, failure)
         return response
 
     async def predict(self, request, name, version, started):
