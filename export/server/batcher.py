@@ -28,8 +28,7 @@ in one of the `BatchThreads` (TensorFlow never runs on the loop):
 * a batch that fails runs again one request at a time, so a request that
   breaks the signature gets the error and the others their answers.
 
-Without batching (`single`), each request is a call of its own, up to as
-many at once as the threads.
+Without batching (`single`), each request is a call of its own.
 """
 
 import asyncio
@@ -42,12 +41,12 @@ from export.server.errors import (
     RequestError,
     bad_request,
     deadline_exceeded,
+    from_exception,
     unavailable,
 )
 
 QUEUED, RUNNING, DONE = "queued", "running", "done"
 _NO_KEY = object()  # `_ready`'s "no queue is ready" (None is a key like any other)
-_INVALID_ARGUMENT = 3  # tf.errors.INVALID_ARGUMENT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +105,6 @@ class BatchThreads:
 
     def shutdown(self):
         self.executor.shutdown(wait=True)
-
-
-def _as_request_error(error):
-    if isinstance(error, RequestError):
-        return error
-    message = " ".join(str(getattr(error, "message", error) or type(error).__name__).split())
-    status = 400 if getattr(error, "error_code", None) == _INVALID_ARGUMENT else 500
-    return RequestError(status, message)
 
 
 class Batcher:
@@ -267,13 +258,13 @@ class Batcher:
             return self.signature.run_batch(inputs)
         except Exception as error:  # noqa: BLE001  (answered to the requests, below)
             if len(inputs) == 1:
-                return [_as_request_error(error)]
+                return [from_exception(error)]
         results = []
         for one in inputs:
             try:
                 results.append(self.signature.run_batch([one])[0])
             except Exception as error:  # noqa: BLE001
-                results.append(_as_request_error(error))
+                results.append(from_exception(error))
         return results
 
     def _finished(self, batch, future, started):
@@ -281,7 +272,7 @@ class Batcher:
         try:
             results = future.result()
         except BaseException as error:  # the executor shut down under it
-            results = [_as_request_error(error)] * len(batch)
+            results = [from_exception(error)] * len(batch)
         for task, result in zip(batch, results, strict=True):
             if task.state == RUNNING and not task.future.done():
                 if isinstance(result, RequestError):

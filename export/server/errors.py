@@ -59,3 +59,17 @@ def unavailable(message):
 
 def deadline_exceeded(message):
     return RequestError(504, message)
+
+
+_INVALID_ARGUMENT = 3  # tf.errors.INVALID_ARGUMENT's code
+
+
+def from_exception(error):
+    """`error` as a `RequestError`: TensorFlow's invalid-argument errors (an
+    input the signature refuses) are 400, anything else 500, with its message
+    on one line."""
+    if isinstance(error, RequestError):
+        return error
+    message = " ".join(str(getattr(error, "message", error) or type(error).__name__).split())
+    status = 400 if getattr(error, "error_code", None) == _INVALID_ARGUMENT else 500
+    return RequestError(status, message)
