@@ -18,13 +18,18 @@ import tempfile
 import time
 
 import httpx
+import keras
 import numpy as np
 import tensorflow as tf
 
+from export.saved_model import export_saved_model
 from export.server.config import BatchingParameters, ModelSource, ServerOptions
 from export.server.main import start_server
 from export.server.predict_request import predict_response
+from keras_transformer.layers import PatchStem
+from keras_transformer.models import TransformerClassifier, VisionTransformer
 from tests.export_fixtures import exported_classifier, exported_translator
+from training.tasks import get_task
 
 #: A batch of 8 rows at most, formed within 5 ms, one batch at a time.
 BATCHING = BatchingParameters(max_batch_size=8, batch_timeout_micros=5000,
@@ -60,14 +65,49 @@ def running_server(models, batching=BATCHING, **options):
 
 
 @functools.cache
+def _scratch():
+    directory = tempfile.mkdtemp(prefix="keras-transformer-server-exports-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
+@functools.cache
+def exported_series():
+    """A series classifier's SavedModel (untrained: one value a step)."""
+    keras.utils.set_random_seed(0)
+    model = TransformerClassifier(PatchStem(1, hidden_dim=8, max_sequence_length=16),
+                                  num_classes=3, num_layers=1, num_heads=2,
+                                  intermediate_dim=16)
+    return export_saved_model(model, {"task": "timeseries"},
+                              os.path.join(_scratch(), "series"),
+                              get_task("timeseries", label_names=["a", "b", "c"]))
+
+
+@functools.cache
+def exported_images():
+    """A `VisionTransformer`'s SavedModel (untrained: 8 x 8 x 3 images)."""
+    keras.utils.set_random_seed(0)
+    model = VisionTransformer(num_classes=2, image_size=8, patch_size=4, num_channels=3,
+                              num_layers=1,
+                              hidden_dim=8, num_heads=2, intermediate_dim=16)
+    return export_saved_model(model, {"task": "image"},
+                              os.path.join(_scratch(), "images"),
+                              get_task("image", label_names=["x", "y"]))
+
+
+EXPORTS = {"translator": exported_translator, "classifier": exported_classifier,
+           "series": exported_series, "images": exported_images}
+
+
+@functools.cache
 def shared_server():
-    """The session's server: `translator` and `classifier`, version 1 each."""
+    """The session's server: `translator`, `classifier`, `series` and `images`,
+    version 1 each."""
     root = tempfile.mkdtemp(prefix="keras-transformer-server-tests-")
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    models = {"translator": os.path.join(root, "translator"),
-              "classifier": os.path.join(root, "classifier")}
-    add_version(exported_translator(), models["translator"], 1)
-    add_version(exported_classifier(), models["classifier"], 1)
+    models = {name: os.path.join(root, name) for name in EXPORTS}
+    for name, export in EXPORTS.items():
+        add_version(export(), models[name], 1)
     context = running_server(models, max_body_bytes=MAX_BODY_BYTES)
     server = context.__enter__()
     atexit.register(context.__exit__, None, None, None)
@@ -76,12 +116,11 @@ def shared_server():
 
 @functools.cache
 def in_process(name):
-    """The signatures of export `name` ("translator", "classifier") loaded in
-    this process: the answers the server must give."""
+    """The signatures of export `name` (a key of `EXPORTS`) loaded in this
+    process: the answers the server must give."""
     import tensorflow as tf
 
-    path = {"translator": exported_translator, "classifier": exported_classifier}[name]()
-    return tf.saved_model.load(path).signatures
+    return tf.saved_model.load(EXPORTS[name]()).signatures
 
 
 def solo(name, signature, inputs):

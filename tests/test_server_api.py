@@ -9,6 +9,7 @@ guide's client runs as it is written; the metrics and the readiness answer.
 import base64
 import contextlib
 import io
+import json
 import logging
 import re
 
@@ -97,6 +98,22 @@ def test_predict_with_ids_and_the_classifier(http):
                        json={"signature_name": "classify_ids", "instances": ids})
     assert_same_answer(by_ids.json(), expected(
         "classifier", "classify_ids", {"token_ids": np.array(ids, np.int32)}))
+
+
+def test_series_with_missing_values_and_images(http):
+    series = [[[0.1], [0.5], [float("nan")], [0.3], [0.2], [0.9]],
+              [[1.0], [0.0], [0.4], [0.4], [0.8], [0.1]]]
+    # NaN (a missing value) travels as TensorFlow Serving writes it: a bare NaN.
+    body = json.dumps({"instances": series}, allow_nan=True).encode()
+    assert b"NaN" in body
+    answer = http.post("/v1/models/series:predict", content=body)
+    assert answer.status_code == 200, answer.text
+    assert_same_answer(answer.json(), expected(
+        "series", "serving_default", {"features": np.array(series, np.float32)}))
+    images = np.random.default_rng(0).random((2, 8, 8, 3)).round(3).tolist()
+    answer = http.post("/v1/models/images:predict", json={"inputs": images})
+    assert_same_answer(answer.json(), expected(
+        "images", "serving_default", {"images": np.array(images, np.float32)}, True))
 
 
 def test_b64_strings_are_read_as_tensorflow_serving_reads_them(http):
