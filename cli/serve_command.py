@@ -66,8 +66,9 @@ def add_serve_parser(commands):
           64 << 20)
     _flag(parser, "--enable_model_warmup", "Run each signature once before a version is "
           "AVAILABLE.", bool, True)
-    _flag(parser, "--xla_warmup_buckets", "Also compile every batch-size and source-length "
-          "bucket of the _xla signatures before AVAILABLE.", bool)
+    _flag(parser, "--xla_warmup_buckets", "Also compile every bucket of the _xla signatures "
+          "before AVAILABLE: batch sizes in powers of two up to max_batch_size, times source "
+          "lengths (a few seconds each: keep max_batch_size small).", bool)
     _flag(parser, "--tensorflow_intra_op_parallelism", "TensorFlow's intra-op threads "
           "(0: its default).", int, 0)
     _flag(parser, "--tensorflow_inter_op_parallelism", "TensorFlow's inter-op threads "
