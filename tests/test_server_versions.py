@@ -202,3 +202,26 @@ def test_sigterm_during_load_answers_what_is_in_flight_and_exits_0(tmp_path):
             process.kill()
             process.wait(30)
         process.stderr.close()
+
+
+@pytest.mark.slow
+def test_the_port_opens_once_every_signature_has_run(tmp_path, caplog):
+    from export.server.batch_keys import batch_sizes
+    from export.server.servable import Servable
+    from tests.export_fixtures import exported_translator
+
+    base = str(tmp_path / "classifier")
+    add_version(exported_classifier(), base, 1)
+    with caplog.at_level(logging.INFO, logger="export.server"), \
+            running_server({"classifier": base}) as server, client(server) as http:
+        assert _states(http) == {1: ("AVAILABLE", "OK")}  # at once: never LOADING
+        lines = [r.getMessage() for r in caplog.records if r.name == "export.server"]
+    assert lines[0].startswith("model 'classifier' version 1 available: 2 signatures, "
+                               "loaded and warmed up in ")
+    assert lines[1] == f"serving classifier on {server.url}"
+    translator = Servable.load("translator", 1, exported_translator())
+    widths = translator.keys.warmup_widths()
+    assert widths == [8, 16, 24]  # its max_sequence_length, read from translate_ids
+    # Each of the 5 signatures once; with buckets, each _xla one at every bucket too.
+    assert translator.warm_up(2, all_buckets=True) == 5 + 2 * len(widths) * len(
+        batch_sizes(2))
