@@ -23,7 +23,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10,<3.14",
     packages=find_packages(include=["keras_transformer*", "training*", "export*", "cli*"]),
-    package_data={"training": ["configs/*.json"]},
+    package_data={"training": ["configs/*.json"], "export": ["server/page.html"]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
@@ -52,6 +52,8 @@ setup(
             # tests/test_jax_backend.py: the modeling library on Keras' JAX
             # backend (CPU), in a subprocess.
             "jax>=0.10,<0.12",
+            # tests/test_server_*.py: the serve extra, and httpx as their client.
+            "starlette>=0.40", "uvicorn>=0.30", "prometheus-client>=0.20", "httpx>=0.27",
         ],
         "bench": [
             "keras-hub>=0.32,<0.33",
@@ -68,6 +70,11 @@ setup(
         # python -m export ctranslate2 (export/ctranslate2.py): OpenNMT's C++
         # inference engine, imported only there.
         "ctranslate2": ["ctranslate2>=4.5,<5"],
+        # python -m export serve (export/server/): TensorFlow Serving's REST API
+        # as an ASGI application on uvicorn, with Prometheus metrics; imported
+        # only when a server starts.  httpx: the tests' and the benchmark's client.
+        "serve": ["starlette>=0.40", "uvicorn>=0.30", "prometheus-client>=0.20",
+                  "httpx>=0.27"],
     },
     entry_points={
         "console_scripts": [

@@ -21,7 +21,7 @@ import warnings
 #: Exceptions whose message is meant for the user.
 USER_ERRORS = (ValueError, OSError)
 #: Optional packages (setup.py extras) whose absence is the user's to fix.
-OPTIONAL_MODULES = ("ctranslate2",)
+OPTIONAL_MODULES = ("ctranslate2", "starlette", "uvicorn", "prometheus_client")
 #: Exit status of a command that was refused.
 USAGE_ERROR = 2
 #: Exit status of a command stopped with Ctrl-C (128 + SIGINT, as a shell's).

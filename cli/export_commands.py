@@ -5,6 +5,7 @@ python -m export saved-model --run-dir runs/toy --output exports/toy/1 [--overwr
 python -m export tflite --run-dir runs/toy --output exports/toy.tflite --quantize int8
 python -m export verify --run-dir runs/toy --saved-model exports/toy/1 [--tflite exports/toy.tflite]
 python -m export ctranslate2 --run-dir runs/toy --output exports/toy-ct2 [--quantization int8]
+python -m export serve --model_name toy --model_base_path exports/toy [--enable_batching]
 ```
 
 Each subcommand (`cli.export_handlers`, imported once the arguments are
@@ -12,7 +13,9 @@ parsed) loads the run (`training.runs.run_dir.load_run`) and calls one
 library function; `verify` prints its report as JSON and exits with 1 when
 the export disagrees with the Keras model; `ctranslate2` prints the path and
 the share of the task's probe sentences it translates as Keras does, and
-exits with 1 when a float32 export falls short.  A missing run, an existing
+exits with 1 when a float32 export falls short; `serve` serves exports over
+TensorFlow Serving's REST API until SIGTERM (`cli.serve_command`, its
+flags).  A missing run, an existing
 output or a bad argument prints `error: <message>` and exits with 2;
 `--debug` shows the traceback instead.
 """
@@ -21,6 +24,7 @@ import argparse
 
 from cli.errors import add_debug_flag, run_reporting_errors
 from cli.quiet import quiet_tensorflow
+from cli.serve_command import add_serve_parser
 from training.serving import QUANTIZATIONS
 
 #: `export.ctranslate2.QUANTIZATIONS`, repeated so that `--help` imports nothing heavy.
@@ -92,7 +96,8 @@ def build_parser():
     )  # fmt: skip
     ct2.add_argument("--quantization", choices=CT2_QUANTIZATIONS, default="float32",
                      help="Weight type (CTranslate2's quantization; default float32).")  # fmt: skip
-    add_debug_flag(parser, (saved_model, tflite, verify, ct2))
+    serve = add_serve_parser(commands)
+    add_debug_flag(parser, (saved_model, tflite, verify, ct2, serve))
     return parser
 
 

@@ -6,6 +6,7 @@
 
 import json
 
+from cli.serve_command import server_options
 from export.ctranslate2 import (
     CTranslate2Translator,
     export_ctranslate2,
@@ -13,6 +14,8 @@ from export.ctranslate2 import (
     verify_ctranslate2,
 )
 from export.saved_model import export_saved_model
+from export.server.main import check_extra
+from export.server.main import serve as run_server
 from export.tflite import export_tflite
 from export.verify import verify_run_exports
 from training.runs.predict import check_saved_model
@@ -73,10 +76,17 @@ def ctranslate2(args):
     return 0 if report["ok"] else 1
 
 
+def serve(args):
+    """Serves the exports until SIGTERM (exit 0) or Ctrl-C (130)."""
+    check_extra()  # a missing extra is told before anything loads
+    return run_server(server_options(args))
+
+
 #: The function of each subcommand.
 COMMANDS = {
     "saved-model": saved_model,
     "tflite": tflite,
     "verify": verify,
     "ctranslate2": ctranslate2,
+    "serve": serve,
 }

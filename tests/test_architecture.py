@@ -39,7 +39,7 @@ LAYERS = (
     ("training.distribute", "training.loop", "training.train", "training.estimator"),
     ("export.quantize", "export.fresh_process", "export.saved_model_cli",
      "export.serving_ops", "export.saved_model", "export.tflite", "export.tflite_verify", "export.verify",
-     "export.ctranslate2"),
+     "export.ctranslate2", "export.server"),
     ("cli", "training.__main__", "export.__main__"),
 )
 
@@ -66,6 +66,8 @@ IMPORTS_ON_USE = {
     "export.ctranslate2": {"ctranslate2", "ctranslate2.converters", "ctranslate2.specs"},
     # A fresh process imports the module to read TensorFlow's op registry alone.
     "export.serving_ops": {"tensorflow_text"},
+    # The optional extra `serve` (Starlette, uvicorn): without it, one error line.
+    "export.server.main": {"export.server.runtime.Server"},
 }
 
 
