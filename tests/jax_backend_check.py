@@ -240,8 +240,8 @@ ensemble = ClassifierEnsemble([kim_form(name=f"member_{i}") for i in range(2)])
 assert ensemble.vectorized
 states = [[np.asarray(v) for v in m.non_trainable_variables] for m in ensemble.members]
 together, lams = ensemble.member_logits(tokens, training=True)
-for member, values in zip(ensemble.members, states):
-    for variable, value in zip(member.non_trainable_variables, values):
+for member, values in zip(ensemble.members, states, strict=True):
+    for variable, value in zip(member.non_trainable_variables, values, strict=True):
         variable.assign(value)
 alone = [(member(tokens, training=True), member.step_outputs.take()[0])
          for member in ensemble.members]

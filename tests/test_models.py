@@ -420,7 +420,11 @@ def test_a_classifier_saved_in_the_layout_before_stems_is_refused_saying_what_to
 def test_every_model_answers_with_one_shape_in_training_and_at_inference():
     """What training needs beyond the answer (an ensemble's member logits,
     mixup's lam) is kept for compute_loss, never returned by the call."""
-    from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier, VisionTransformer
+    from keras_transformer.models import (
+        ClassifierEnsemble,
+        TextCNNClassifier,
+        VisionTransformer,
+    )
 
     def text(name, mixup_alpha):
         return TextCNNClassifier(num_classes=3, vocabulary_size=20, hidden_dim=8,

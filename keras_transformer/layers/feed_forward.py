@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers._shapes import reshape_dims
 from keras_transformer.layers._dropout import Dropout
+from keras_transformer.layers._shapes import reshape_dims
 from keras_transformer.layers.validation import check_positive_int, check_rate
 
 

@@ -4,8 +4,8 @@ import keras
 from keras import ops
 
 from keras_transformer.layers import kv_cache
-from keras_transformer.layers._shapes import leading_shape, reshape_dims
 from keras_transformer.layers._dropout import Dropout
+from keras_transformer.layers._shapes import leading_shape, reshape_dims
 from keras_transformer.layers.masking import merge_attention_masks
 from keras_transformer.layers.scaled_dot_product_attention import (
     additive_attention,

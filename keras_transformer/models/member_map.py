@@ -76,7 +76,7 @@ def map_members(members, fn, member_inputs=None, shared_inputs=None):
 
     def one(elements):
         weights, inputs = elements if member_inputs is not None else (elements[0], None)
-        with keras.StatelessScope(state_mapping=list(zip(variables, weights))) as scope:
+        with keras.StatelessScope(state_mapping=list(zip(variables, weights, strict=True))) as scope:
             outputs = fn(template, inputs, shared_inputs)
             values = {j: scope.get_current_value(variables[j]) for j in state}
         written[:] = [j for j in state if values[j] is not weights[j]]
