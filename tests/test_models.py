@@ -363,7 +363,11 @@ def test_text_cnn_computes_what_the_presets_model_computed_before_it_had_its_own
                                rtol=1e-5, atol=1e-5)
     keras.utils.set_random_seed(0)
     model = TextCNNClassifier(**TEXT_CNN)
-    np.testing.assert_allclose(model(TEXT_CNN_INPUT, training=True), TEXT_CNN_TRAINING,
+    # The recorded training output is the mixed logits, then lam: the call
+    # now returns the logits and keeps lam for compute_loss.
+    np.testing.assert_allclose(model(TEXT_CNN_INPUT, training=True), TEXT_CNN_TRAINING[:, :-1],
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model.step_outputs.take()[0], TEXT_CNN_TRAINING[:, -1],
                                rtol=1e-5, atol=1e-5)
 
 

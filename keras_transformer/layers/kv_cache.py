@@ -38,19 +38,54 @@ def write_cache(cache, new, index):
     return _scatter_position(cache, new, _position_rows(cache, index))
 
 
+class CachePosition:
+    """One decoding position, as every layer of a step writes and reads it.
+
+    Its index, the scatter rows that write it into a single-tensor cache of
+    `(B, h, S_max, d)` (None for a chunked cache), and the cache slots its
+    query may attend, `key_mask` `(1, 1, S_max)`: slots `0..index`.  A step
+    makes it once (`Transformer.decode_step`) and passes it as each layer's
+    `cache_update_index`, so the layers share these tensors instead of each
+    making its own: in a TensorFlow graph a decoding step at batch 1 costs
+    about one executor hand-off an op.
+
+    Args:
+        index: The position, a scalar int tensor or a Python int.
+        cache: A self-attention cache the step writes (for its shape).
+    """
+
+    def __init__(self, index, cache):
+        self.index = index
+        length = cache_length(cache)
+        self.rows = None if isinstance(cache, (tuple, list)) else _position_rows(cache, index)
+        slots = ops.arange(length, dtype="int32")  # (S_max,)
+        self.key_mask = ops.reshape(
+            ops.less_equal(slots, ops.cast(index, "int32")), (1, 1, -1)
+        )  # (1, 1, S_max)
+
+
+def position_index(index):
+    """The index of a `cache_update_index`: a `CachePosition`'s, or itself."""
+    return index.index if isinstance(index, CachePosition) else index
+
+
 def write_caches(caches, news, index):
     """`write_cache` of each `(cache, new)` pair: a layer's keys and values.
 
     One position written into single-tensor caches of the same rows and
-    heads shares its scatter indices: a decoding step makes them once per
-    layer, not once per tensor.
+    heads shares its scatter indices: made once per layer, or once per step
+    when `index` is a `CachePosition`.
     """
     shared = all(not isinstance(c, (tuple, list)) for c in caches) and all(
         n.shape[1] == 1 for n in news
     )
     if not shared:
+        index = position_index(index)
         return tuple(write_cache(c, n, index) for c, n in zip(caches, news, strict=True))
-    rows = _position_rows(caches[0], index)
+    if isinstance(index, CachePosition) and index.rows is not None:
+        rows = index.rows
+    else:
+        rows = _position_rows(caches[0], position_index(index))
     return tuple(
         _scatter_position(c, ops.cast(n, c.dtype), rows) for c, n in zip(caches, news, strict=True)
     )
@@ -127,15 +162,6 @@ def group_rows(mask, rows):
     if mask is None:
         return None
     return ops.reshape(mask, (rows, -1, *ops.shape(mask)[2:]))
-
-
-def ungroup_rows(heads, query_length):
-    """Grouped `(B_kv, g * T, ...)` heads back to `(B_q, T, ...)`, `B_q = g * B_kv`.
-
-    `-1` stands for `B_q`: with a static `T` (a decoding step's 1) the
-    reshape needs no shape ops.
-    """
-    return ops.reshape(heads, (-1, query_length, *heads.shape[2:]))
 
 
 def ungroup_weights(weights, query_rows, query_length, cache_rows):

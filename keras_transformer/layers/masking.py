@@ -56,8 +56,8 @@ def merge_attention_masks(
             without the shape ops a decoding step would pay for).
     """
     mask = None
-    if key_length is None:
-        key_length = _dim(key, 1)
+    if key_length is None and (use_causal_mask or broadcast):
+        key_length = _dim(key, 1)  # only where it is needed: a shape op a step
 
     def _and(a, b):
         return b if a is None else ops.logical_and(a, b)

@@ -22,30 +22,45 @@ from keras_transformer.layers.validation import (
 SCORERS = ("dot", "additive")
 
 
-def _dense(x, kernel, bias=None):
-    """`x` `(..., n)` times a 2-D `kernel` `(n, m)`, plus `bias`: `(..., m)`.
+def _rows(x):
+    """`(..., n)` -> `(rows, n)`: what a 2-D kernel multiplies."""
+    return ops.reshape(x, (-1, x.shape[-1]))
 
-    One 2-D matmul `(rows, n) @ (n, m)`, with the kernel as it is stored.
-    Why 2-D kernels: a reshape of a kernel inside a decoding loop made XLA's
-    CPU backend emit the step's matrix-vector product as a naive loop (7x
+
+def _project_heads(x, kernel, bias, widths, heads):
+    """`x` `(B, T, n)` times a 2-D `kernel` `(n, sum(widths))`, plus `bias`,
+    cut into `widths` and each shaped `(B, T, h, width / h)`.
+
+    One 2-D matmul `(B*T, n) @ (n, m)`, with the kernel as it is stored, and
+    one reshape a part, straight from the product's rows to heads.  Why 2-D
+    kernels: a reshape of a kernel inside a decoding loop made XLA's CPU
+    backend emit the step's matrix-vector product as a naive loop (7x
     slower); and why not einsum: TensorFlow differentiates it through a
     batch matmul broadcast over B, so each kernel gradient is a `(B, n, m)`
     batch of partial products summed over B afterwards (50 MB per
     projection at batch 64 x 64, d_model 256).  The bias goes on the 2-D
     product for its gradient's sake: a column sum of `(B*T, m)`, which
     XLA's CPU backend reduces 4x faster than the same sum over the two
-    leading axes of `(B, T, h, k)`.
+    leading axes of `(B, T, h, k)`.  One split, not slices: in a TF graph
+    the gradient of each slice writes a zero-padded full-size tensor that is
+    then summed; the split's gradient is one concatenation.
     """
-    rows = ops.reshape(x, (-1, x.shape[-1]))  # (B*T, n)
-    out = ops.matmul(rows, kernel)  # (B*T, m)
+    out = ops.matmul(_rows(x), kernel)  # (B*T, m)
     if bias is not None:
         out = out + bias
-    return ops.reshape(out, (*reshape_dims(x, len(x.shape) - 1), kernel.shape[-1]))
+    parts = ops.split(out, list(_offsets(widths)), axis=-1) if len(widths) > 1 else [out]
+    lead = reshape_dims(x, len(x.shape) - 1)  # (B, T): -1 for an unknown batch
+    return [ops.reshape(part, (*lead, heads, width // heads))  # (B, T, h, d)
+            for part, width in zip(parts, widths, strict=True)]
 
 
-def _split_heads(x, heads):
-    """`(B, T, h * d)` -> `(B, T, h, d)`."""
-    return ops.reshape(x, (*reshape_dims(x, len(x.shape) - 1), heads, x.shape[-1] // heads))
+def _offsets(widths):
+    """Where each of `widths` but the first starts: `ops.split`'s indices."""
+    total, starts = 0, []
+    for width in widths[:-1]:
+        total += width
+        starts.append(total)
+    return starts
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -254,12 +269,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def project_query(self, query):
         """Q W^Q: `(B, T, d_q) -> (B, T, h, d_k)`."""
-        h = self.num_heads
+        h, width = self.num_heads, self.num_heads * self._head_key_dim
         if not self._fused:
-            return _split_heads(_dense(query, self.query_kernel, self.query_bias), h)
-        width = h * self._head_key_dim
+            return _project_heads(query, self.query_kernel, self.query_bias, [width], h)[0]
         bias = None if self.qkv_bias is None else self.qkv_bias[:width]
-        return _split_heads(_dense(query, self.qkv_kernel[:, :width], bias), h)
+        return _project_heads(query, self.qkv_kernel[:, :width], bias, [width], h)[0]
 
     def project_key_value(self, value, key=None, heads_first=False):
         """(K W^K, V W^V): each `(B, S, h, d)`; precomputes a cross cache.
@@ -272,33 +286,29 @@ class MultiHeadAttention(keras.layers.Layer):
             return ops.transpose(k, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
         key = value if key is None else key
         h = self.num_heads
+        dk, dv = h * self._head_key_dim, h * self._head_value_dim
         if not self._fused:
             return (
-                _split_heads(_dense(key, self.key_kernel, self.key_bias), h),
-                _split_heads(_dense(value, self.value_kernel, self.value_bias), h),
+                _project_heads(key, self.key_kernel, self.key_bias, [dk], h)[0],
+                _project_heads(value, self.value_kernel, self.value_bias, [dv], h)[0],
             )
-        dk = h * self._head_key_dim
         bias = None if self.qkv_bias is None else self.qkv_bias[dk:]
         if key is value:
-            kv = _dense(value, self.qkv_kernel[:, dk:], bias)  # (B, S, h d_k + h d_v)
-            k, v = ops.split(kv, [dk], axis=-1)  # a split, not slices (see _project_all)
-            return _split_heads(k, h), _split_heads(v, h)
+            k, v = _project_heads(value, self.qkv_kernel[:, dk:], bias, [dk, dv], h)
+            return k, v
         k_bias = None if bias is None else bias[:dk]
         v_bias = None if bias is None else bias[dk:]
         return (
-            _split_heads(_dense(key, self.qkv_kernel[:, dk : 2 * dk], k_bias), h),
-            _split_heads(_dense(value, self.qkv_kernel[:, 2 * dk :], v_bias), h),
+            _project_heads(key, self.qkv_kernel[:, dk : 2 * dk], k_bias, [dk], h)[0],
+            _project_heads(value, self.qkv_kernel[:, 2 * dk :], v_bias, [dv], h)[0],
         )
 
     def _project_all(self, query, value, key):
         if self._fused and query is value and key is value:
-            h, dk = self.num_heads, self.num_heads * self._head_key_dim
-            qkv = _dense(query, self.qkv_kernel, self.qkv_bias)  # (B, T, 2 h d_k + h d_v)
-            # One split, not three slices: in a TF graph the gradient of each
-            # slice writes a zero-padded full-size tensor that is then summed;
-            # the split's gradient is one concatenation.
-            q, k, v = ops.split(qkv, [dk, 2 * dk], axis=-1)
-            return _split_heads(q, h), _split_heads(k, h), _split_heads(v, h)
+            h = self.num_heads
+            dk, dv = h * self._head_key_dim, h * self._head_value_dim
+            q, k, v = _project_heads(query, self.qkv_kernel, self.qkv_bias, [dk, dk, dv], h)
+            return q, k, v
         k, v = self.project_key_value(value, key)
         return self.project_query(query), k, v
 
@@ -322,24 +332,26 @@ class MultiHeadAttention(keras.layers.Layer):
         if key_mask is None:
             key_mask = value_mask
         causal_offset = 0
-        query_rows = None
+        if cache is not None and query.shape[1] == 1:
+            # A decoding step's one position: its padded rows (a finished
+            # sentence's padding) are never read, and masking them costs
+            # ops every step.
+            query_mask = None
+        grouped = False
         if cache is not None and cache_update_index is None:
             q = self.project_query(query)
             k, v = cache  # precomputed (B, h, S, d_k), (B, h, S, d_v)
             # Query rows may come in groups that share a cache row (the beams
             # of one sentence against its encoder output): group g's queries
             # become one row of g * T, so each cache row is read once.
-            query_rows, cache_rows = q.shape[0], k.shape[0]
-            kv_cache.check_query_groups(query_rows, cache_rows)
-            if query_rows is None or query_rows != cache_rows:
-                query_rows, query_length = leading_shape(q, 2)
+            kv_cache.check_query_groups(q.shape[0], k.shape[0])
+            if q.shape[0] is None or q.shape[0] != k.shape[0]:
+                grouped = True
                 cache_rows = leading_shape(k, 1)[0]
                 q = ops.reshape(q, (cache_rows, -1, *q.shape[2:]))  # (B, g * T, h, d_k)
                 query_mask = kv_cache.group_rows(query_mask, cache_rows)
                 if attention_mask is not None and len(attention_mask.shape) == 3:
                     attention_mask = kv_cache.group_rows(attention_mask, cache_rows)
-            else:
-                query_rows = None  # one query row a cache row: nothing to group
         else:
             q, k, v = self._project_all(query, value, key)
         if cache is not None and cache_update_index is not None:
@@ -348,8 +360,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 (k_cache, v_cache), (k, v), cache_update_index
             )  # (B, h, S_max, d_k), (B, h, S_max, d_v)
             cache = (k, v)
-            causal_offset = cache_update_index
+            causal_offset = kv_cache.position_index(cache_update_index)
             key_mask = None  # cache slots past the causal frontier are masked causally
+            if use_causal_mask and isinstance(cache_update_index, kv_cache.CachePosition):
+                # The step's causal row, made once for every layer.
+                use_causal_mask = False
+                row = cache_update_index.key_mask  # (1, 1, S_max)
+                attention_mask = row if attention_mask is None else ops.logical_and(
+                    ops.cast(attention_mask, "bool"), row)
         heads_first = cache is not None  # k, v: (B, h, S, d)
 
         def dropout_fn(w):
@@ -365,9 +383,11 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         # A mask that broadcasts to (B, T, S) is all the scores' `where`
         # needs; only the backend's fused kernel is given the full one.
+        # A cache's length is read only where a mask needs it (a shape op).
+        needs_length = heads_first and (use_causal_mask or fused)
         mask = merge_attention_masks(
             q, k, query_mask, key_mask, attention_mask, use_causal_mask, causal_offset,
-            key_length=kv_cache.cache_length(k) if heads_first else None,
+            key_length=kv_cache.cache_length(k) if needs_length else None,
             broadcast=fused,
         )
         if fused:
@@ -381,16 +401,16 @@ class MultiHeadAttention(keras.layers.Layer):
                 q, k, v, self.score_weight, mask, dropout_fn=dropout,
                 heads_first=heads_first,
             )
-        if query_rows is not None:  # back from groups of g * T to (B_q, T)
-            heads = kv_cache.ungroup_rows(heads, query_length)
-            if return_attention_scores:
-                weights = kv_cache.ungroup_weights(
-                    weights, query_rows, query_length, cache_rows
-                )
-        heads = ops.reshape(
-            heads, (*reshape_dims(heads, 2), heads.shape[2] * heads.shape[3])
-        )  # (B, T, h d_v)
-        output = _dense(heads, self.output_kernel, self.output_bias)  # (B, T, d_out)
+        if grouped and return_attention_scores:  # back from groups of g * T to (B_q, T)
+            query_rows, query_length = leading_shape(query, 2)
+            weights = kv_cache.ungroup_weights(weights, query_rows, query_length, cache_rows)
+        # Heads -> rows: grouped heads (B, g * T, h, d_v) hold the query rows
+        # in their own order, so no ungrouping is needed on the way.
+        rows = ops.reshape(heads, (-1, heads.shape[2] * heads.shape[3]))  # (B_q*T, h d_v)
+        output = ops.matmul(rows, self.output_kernel)  # (B_q*T, d_out)
+        if self.output_bias is not None:
+            output = output + self.output_bias
+        output = ops.reshape(output, (*reshape_dims(query, 2), self._output_width))  # (B_q, T, d_out)
         results = (output,)
         if return_attention_scores:
             results += (weights,)

@@ -99,11 +99,18 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
-            # Contract with the table as it is stored: `matmul` against its
-            # transpose made XLA copy the (d, V) transpose on every call (each
-            # step of a decoding loop) and TensorFlow's tensordot transpose it.
             rows = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (B*T, d)
-            logits = ops.einsum("...d,vd->...v", rows, self.embeddings)  # (B*T, V)
+            if inputs.shape[1] == 1:
+                # A decoding step: the table times the few rows, E x^T,
+                # transposed back, reads the table as it is stored; against
+                # E^T, XLA copied the (d, V) transpose on every step.
+                logits = ops.transpose(
+                    ops.matmul(self.embeddings, ops.transpose(rows))
+                )  # (B, V)
+            else:
+                # Many rows (training): x E^T, whose gradient is two matmuls
+                # (an einsum over broadcast rows materialised (rows, V, d)).
+                logits = ops.matmul(rows, ops.transpose(self.embeddings))  # (B*T, V)
             return ops.reshape(
                 logits, (*reshape_dims(inputs, len(inputs.shape) - 1), self.vocabulary_size)
             )  # (B, T, V)

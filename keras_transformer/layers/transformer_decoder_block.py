@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers._norm import sequence_layer_norm
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
@@ -55,8 +56,8 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
             dtype=policy,
             name="cross_attention",
         )
-        self.cross_attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="cross_attention_norm"
+        self.cross_attention_norm = sequence_layer_norm(
+            self.layer_norm_epsilon, policy, "cross_attention_norm"
         )
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):

@@ -3,6 +3,7 @@
 import keras
 
 from keras_transformer.layers._dropout import Dropout
+from keras_transformer.layers._norm import sequence_layer_norm
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.validation import check_positive_int, check_rate
@@ -87,8 +88,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
             dtype=policy,
             name="self_attention",
         )
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=policy, name="self_attention_norm"
+        self.self_attention_norm = sequence_layer_norm(
+            layer_norm_epsilon, policy, "self_attention_norm"
         )
         self.feed_forward = FeedForward(
             intermediate_dim,
@@ -98,8 +99,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
             dtype=policy,
             name="feed_forward",
         )
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=policy, name="feed_forward_norm"
+        self.feed_forward_norm = sequence_layer_norm(
+            layer_norm_epsilon, policy, "feed_forward_norm"
         )
         self.residual_dropout = Dropout(self.dropout, dtype=policy)
 

@@ -5,7 +5,9 @@ import dataclasses
 import keras
 from keras import ops
 
+from keras_transformer.layers import kv_cache
 from keras_transformer.layers._dropout import Dropout
+from keras_transformer.layers._norm import sequence_layer_norm
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
@@ -107,12 +109,8 @@ class Transformer(XLADropoutMixin, keras.Model):
         # A pre-LN stack leaves its output unnormalised; close it with a norm.
         self.encoder_norm = self.decoder_norm = None
         if c.normalize_first:
-            self.encoder_norm = keras.layers.LayerNormalization(
-                epsilon=c.layer_norm_epsilon, dtype=policy, name="encoder_norm"
-            )
-            self.decoder_norm = keras.layers.LayerNormalization(
-                epsilon=c.layer_norm_epsilon, dtype=policy, name="decoder_norm"
-            )
+            self.encoder_norm = sequence_layer_norm(c.layer_norm_epsilon, policy, "encoder_norm")
+            self.decoder_norm = sequence_layer_norm(c.layer_norm_epsilon, policy, "decoder_norm")
         self.logits_cast = keras.layers.Activation("linear", dtype="float32", name="logits")
 
         # === Functional model ===
@@ -228,12 +226,14 @@ class Transformer(XLADropoutMixin, keras.Model):
         """Logits of the next token: `(B, 1)` ids at position `index` -> `(B, V)`."""
         x = self.decoder_embedding(token_ids, start_index=index)  # (B, 1, d)
         new_cache = dict(cache, self_key=[], self_value=[])
+        # The position's write rows and causal row, made once for every layer.
+        position = kv_cache.CachePosition(index, cache["self_key"][0])
         for i, block in enumerate(self.decoder_blocks):
             x, (key, value) = block(
                 x,
                 encoder_sequence_mask=cache["encoder_padding_mask"],
                 self_attention_cache=(cache["self_key"][i], cache["self_value"][i]),
-                self_attention_cache_update_index=index,
+                self_attention_cache_update_index=position,
                 cross_attention_cache=(cache["cross_key"][i], cache["cross_value"][i]),
                 training=False,
             )
