@@ -11,7 +11,7 @@ from keras_transformer.models import (
     TextCNNClassifier,
     TransformerClassifier,
 )
-from keras_transformer.models.member_map import same_architecture
+from keras_transformer.models.member_map import map_members, same_architecture
 
 NAN = float("nan")
 
@@ -77,8 +77,15 @@ def test_vectorised_members_give_each_members_logits_gradients_and_dropout(optio
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, b) for a, b in zip(before[0], after[0], strict=True))
-    # Inference from the fixed features (vectorised) and from the raw series
-    # (each member in turn) give one answer.
+    # Inference (each member in turn) from the fixed features and from the
+    # raw series gives one answer, the mean of what the map gives members
+    # without dropout.
+    mapped, _ = model.member_logits(inputs, training=False)
+    mapped_alone = map_members(members, lambda m, f, s: m({"features": s, "stem_features": f}),
+                               {k: tf.stack([f[k] for f in inputs["stem_features"]])
+                                for k in inputs["stem_features"][0]}, x)
+    np.testing.assert_allclose(mapped, tf.transpose(mapped_alone, (1, 0, 2)),
+                               rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model(inputs), model(x), rtol=1e-5, atol=1e-6)
 
 

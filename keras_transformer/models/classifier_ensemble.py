@@ -65,10 +65,11 @@ class ClassifierEnsemble(keras.Model):
       a validation split).  The training metrics then see every example.
     - Members of one architecture (`member_map.same_architecture`: they
       differ only in their weights) run as one computation, their own
-      layers mapped over their stacked weights (`member_map.map_members`),
-      in training and on inputs given with their stems' fixed features;
-      otherwise, and at inference on raw inputs (a served request), each
-      member is called in turn.  The same layers run either way.
+      layers mapped over their stacked weights (`member_map.map_members`)
+      in training; otherwise, and at inference, each member is called in
+      turn.  The same layers run either way; an inference call runs a few
+      batches, where the map's trace (about a second on two cores) would
+      cost more than it saves.
     - `excluded_members`: members left out of that mean (they still train).
       Training sets it for a cross-fitted member that ends no better, on the
       examples it left out, than answering their most common class: a
@@ -209,7 +210,7 @@ class ClassifierEnsemble(keras.Model):
             return logits, member.step_outputs.take()[0]  # its lam, kept by its call
 
         stems = has_stem_features(inputs)
-        if self.vectorized and (training or stems):
+        if self.vectorized and training:
             if stems:  # member i's features at index i: (k, B, ...)
                 features = inputs["stem_features"]
                 stacked = {key: ops.stack([f[key] for f in features]) for key in features[0]}
