@@ -60,6 +60,10 @@ def _user_files(user):
     _write(user / "a.tsv", labelled)
     _write(user / "b.tsv", labelled.replace("pos", "mid"))
     _write(user / "series.txt", "0 1.0 2.0 3.0\n1 3.0 2.0 1.0\n")
+    _write(user / "one-class.tsv", labelled.replace("neg", "pos"))
+    _write(user / "series-one-class.txt", "0 1.0 2.0 3.0\n0 3.0 2.0 1.0\n" * 10)
+    _write(user / "empty.src", "")
+    _write(user / "empty.tgt", "")
     _write(user / "c.src", "one\ntwo\nthree\n")
     _write(user / "c.tgt", "eins\nzwei\n")
     whole = gzip.compress(labelled.encode() * 20)
@@ -222,6 +226,14 @@ CASES = [
      "c.src"),
     ("train-file-not-utf8", [*CLASSIFY, *_settings("train_files={user}/latin1.txt")],
      "latin1.txt"),
+    # Data that cannot train the task: refused before training.
+    ("text-file-of-one-class", [*CLASSIFY, *_settings("train_files={user}/one-class.tsv")],
+     "one-class.tsv"),
+    ("series-file-of-one-class",
+     [*SERIES, *_settings("train_files={user}/series-one-class.txt")], "series-one-class.txt"),
+    ("parallel-files-without-pairs",
+     [*TINY, *_settings(*FAST, "dataset=files",
+                        'train_files=["{user}/empty.src", "{user}/empty.tgt"]')], "empty.src"),
     # Run directories.
     ("run-dir-is-a-file", ["train", "--config", "tiny", "--run-dir", "{user}/notes.txt"],
      "notes.txt"),
@@ -281,7 +293,8 @@ CASES = [
 #: Cases refused once the run directory is prepared: their data files are
 #: read by the run itself (a line the pre-checks do not read).  Every other
 #: case is refused before anything is written, in {new} too.
-REFUSED_IN_THE_RUN = {"parallel-files-not-aligned", "train-file-not-utf8"}
+REFUSED_IN_THE_RUN = {"parallel-files-not-aligned", "train-file-not-utf8",
+                      "text-file-of-one-class", "series-file-of-one-class"}
 
 
 def test_the_table_holds_forty_distinct_command_lines():

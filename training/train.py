@@ -293,6 +293,7 @@ def _load_data(config, task, run_dir, role, watch, verbose):
     on resume."""
     with watch.phase("data"):
         data = task.load_data(config, run_dir)
+    task.check_data(config, data)
     # Sizes the config leaves null come from the data (`Task.data_fields`);
     # the same data give the same values on resume.
     config = task.resolve_config(config, data)

@@ -47,6 +47,7 @@ def prepare_corpus(config, output, num_shards=8, overwrite=False):
     config = config.replace(in_memory_limit_mb=0, prepared_dir="")
     with tempfile.TemporaryDirectory() as scratch:
         data = task.load_data(config, scratch)
+        task.check_data(config, data)
         config = task.resolve_config(config, data)
         task.prepare(config, data, scratch, write=False)
     corpus = data.train

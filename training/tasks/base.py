@@ -18,7 +18,7 @@ Who calls what:
 | hook | caller |
 |---|---|
 | `check_config`, `recipe_defaults` | `TrainingConfig.validate`, `training.recipe.adaptive` |
-| `data_defaults`, `resolve_config` | `training.train`, after `load_data` |
+| `check_data`, `data_defaults`, `resolve_config` | `training.train`, `prepare`, after `load_data` |
 | `load_data`, `prepare`, `make_dataset`, `batch_tokens` | `training.train` (data, vocabulary) |
 | `build_model`, `loss_and_metrics` | `training.train._build` |
 | `validation_score`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
@@ -28,6 +28,8 @@ Who calls what:
 """
 
 import os
+
+import numpy as np
 
 from training.data.atomic import atomic_write_json
 from training.data.readers import read_json
@@ -129,6 +131,26 @@ class Task:
     def load_data(self, config, run_dir):
         """The train/valid/test splits (`training.data.common.TaskData`), checked."""
         raise NotImplementedError
+
+    def check_data(self, config, data):
+        """Refuses, before training, data this task cannot learn from: a
+        classifier's training split of fewer than two classes (its files
+        named).  `training.train` and `prepare` call it after `load_data`."""
+        if data.label_names is None:
+            return
+        names = list(data.label_names)
+        if isinstance(data.train, tuple):  # in memory: the classes its labels hold
+            ids = sorted({int(i) for i in np.asarray(data.train[1]).reshape(-1)})
+            names = [names[i] for i in ids]
+        if len(names) >= 2:
+            return
+        source = (f"train_files={[os.fspath(p) for p in config.train_files]!r}"
+                  if config.train_files else f"dataset={config.dataset!r}")
+        held = f"only examples of class {names[0]!r}" if names else "no labelled examples"
+        raise ValueError(
+            f"{source}: the training data hold {held}; task={self.name!r} needs examples "
+            "of two or more classes to learn from."
+        )
 
     def prepare(self, config, data, run_dir, write=True):
         """Learns (or, on resume, reloads) the assets; `write`: save them too.
