@@ -22,12 +22,8 @@ from keras_transformer.models import Transformer
 def slice_write(cache, new, index):
     """The write before: `slice_update` (slower than the scatter in TF graphs).
 
-    Into the head-major `(B, h, S_max, d)` cache, as the shipped write.  A
-    cache in position chunks (beam search's) goes through the shipped
-    chunking, which calls this write for the chunk it picks.
+    Into the head-major `(B, h, S_max, d)` cache, as the shipped write.
     """
-    if isinstance(cache, (tuple, list)):
-        return kv_cache._write_chunks(tuple(cache), new, index)
     new = ops.transpose(ops.cast(new, cache.dtype), (0, 2, 1, 3))  # (B, h, T, d)
     return ops.slice_update(cache, [0, 0, index, 0], new)
 

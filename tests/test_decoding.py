@@ -251,7 +251,6 @@ class TileEverything:
 
     def __init__(self, model):
         self.model, self.config = model, model.config
-        self.beam_cache_chunks = model.beam_cache_chunks  # the same cache layout
 
     def encode(self, *args, **kwargs):
         return self.model.encode(*args, **kwargs)

@@ -137,13 +137,11 @@ def test_attention_weights_respect_source_and_target_masks(model):
             assert np.all(enc[b][:, ~source_pad[b]][..., source_pad[b]] == 0)
 
 
-@pytest.mark.parametrize("chunks", [1, 2, 3])
-def test_cached_decoding_equals_full_pass(model, logits, chunks):
+def test_cached_decoding_equals_full_pass(model, logits):
     """encode/init_cache/decode_step, one position at a time, equal one full
-    pass at every real target position (pain point 10), with the
-    self-attention cache in one tensor or cut into chunks of positions."""
+    pass at every real target position (pain point 10)."""
     memory = model.encode(SOURCE)
-    cache = model.init_cache(SOURCE, memory, max_length=TARGET.shape[1], chunks=chunks)
+    cache = model.init_cache(SOURCE, memory, max_length=TARGET.shape[1])
     steps = []
     for i in range(TARGET.shape[1]):
         step_logits, cache = model.decode_step(
@@ -218,7 +216,3 @@ def test_mixed_bfloat16_close_to_float32(model, bfloat16_model):
     assert getattr(out, "_keras_mask", None) is None
 
 
-def test_init_cache_rejects_a_bad_chunk_count(model):
-    memory = model.encode(SOURCE)
-    with pytest.raises(ValueError, match="chunks=0"):
-        model.init_cache(SOURCE, memory, max_length=4, chunks=0)

@@ -103,9 +103,7 @@ def beam_search(
             a sentence), which are then neither tiled nor reordered:
             `decode_step` gets them with `B` rows and its token ids with
             `B * beam_size` (beam `j` of sentence `b` at row `b * beam_size +
-            j`).  By default every entry is tiled and reordered.  An optional
-            `beam_cache_chunks` attribute is passed to `init_cache` as
-            `chunks`.
+            j`).  By default every entry is tiled and reordered.
         encoder_token_ids: `(B, S)` int source ids, padded with `pad_id`.
         beam_size: alive and finished hypotheses kept per sentence (4).
         length_penalty: GNMT's alpha (0.6); 0 ranks by log-probability alone,
@@ -149,11 +147,7 @@ def beam_search(
     buffer_length = max_length if buffer_length is None else buffer_length
     batch = ops.shape(encoder_token_ids)[0]
     encoder_output = model.encode(encoder_token_ids, training=False)  # (B, S, d)
-    chunks = getattr(model, "beam_cache_chunks", None)
-    cache = model.init_cache(
-        encoder_token_ids, encoder_output, buffer_length,
-        **({} if chunks is None else {"chunks": chunks}),
-    )
+    cache = model.init_cache(encoder_token_ids, encoder_output, buffer_length)
     static_entries = frozenset(getattr(model, "static_cache_entries", ()))
     # Row b * k + j of every other entry is beam j of sentence b: (B * k, ...).
     cache = _tile_cache(cache, k, static_entries)

@@ -2,9 +2,7 @@
 
 Pure functions in `keras.ops`.  A cache tensor is head-major
 `(B, h, S_max, d)`, the layout the attention matmuls read without a
-transpose; a self-attention cache may also be a tuple of `n` equal chunks
-`(B, h, S_max / n, d)` along positions (`Transformer.init_cache(...,
-chunks=n)`), of which a decoding step writes only one.
+transpose.
 
 `MultiHeadAttention` calls `write_caches` through this module's namespace, so
 `benchmarks/ablate_cache_write.py` can swap in another write by assigning
@@ -19,8 +17,6 @@ from keras_transformer.layers._shapes import leading_shape
 def write_cache(cache, new, index):
     """Head-major `cache` `(B, h, S_max, d)` with `new` `(B, T, h, d)` at `index`.
 
-    `cache` may also be a tuple of equal position chunks (`_write_chunks`).
-
     One position (a decoding step) is written with a scatter of `B * h` rows,
     which costs less than a `slice_update` of the same position in a
     TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
@@ -28,8 +24,6 @@ def write_cache(cache, new, index):
     step's write still grows with `S_max` (XLA updates it in place).
     Several positions (a prompt) go through `slice_update`.
     """
-    if isinstance(cache, (tuple, list)):
-        return _write_chunks(tuple(cache), new, index)
     new = ops.cast(new, cache.dtype)
     if new.shape[1] != 1:
         return ops.slice_update(
@@ -41,8 +35,8 @@ def write_cache(cache, new, index):
 class CachePosition:
     """One decoding position, as every layer of a step writes and reads it.
 
-    Its index, the scatter rows that write it into a single-tensor cache of
-    `(B, h, S_max, d)` (None for a chunked cache), and the cache slots its
+    Its index, the scatter rows that write it into a cache of
+    `(B, h, S_max, d)`, and the cache slots its
     query may attend, `key_mask` `(1, 1, S_max)`: slots `0..index`.  A step
     makes it once (`Transformer.decode_step`) and passes it as each layer's
     `cache_update_index`, so the layers share these tensors instead of each
@@ -57,7 +51,7 @@ class CachePosition:
     def __init__(self, index, cache):
         self.index = index
         length = cache_length(cache)
-        self.rows = None if isinstance(cache, (tuple, list)) else _position_rows(cache, index)
+        self.rows = _position_rows(cache, index)
         slots = ops.arange(length, dtype="int32")  # (S_max,)
         self.key_mask = ops.reshape(
             ops.less_equal(slots, ops.cast(index, "int32")), (1, 1, -1)
@@ -72,17 +66,14 @@ def position_index(index):
 def write_caches(caches, news, index):
     """`write_cache` of each `(cache, new)` pair: a layer's keys and values.
 
-    One position written into single-tensor caches of the same rows and
-    heads shares its scatter indices: made once per layer, or once per step
-    when `index` is a `CachePosition`.
+    One position written into caches of the same rows and heads shares its
+    scatter indices: made once per layer, or once per step when `index` is a
+    `CachePosition`.
     """
-    shared = all(not isinstance(c, (tuple, list)) for c in caches) and all(
-        n.shape[1] == 1 for n in news
-    )
-    if not shared:
+    if any(n.shape[1] != 1 for n in news):
         index = position_index(index)
         return tuple(write_cache(c, n, index) for c, n in zip(caches, news, strict=True))
-    if isinstance(index, CachePosition) and index.rows is not None:
+    if isinstance(index, CachePosition):
         rows = index.rows
     else:
         rows = _position_rows(caches[0], position_index(index))
@@ -110,35 +101,8 @@ def _scatter_position(cache, new, rows):
     return ops.scatter_update(cache, rows, ops.reshape(new, (-1, cache.shape[3])))
 
 
-def _write_chunks(chunks, new, index):
-    """`write_cache` into a cache cut along positions into equal chunks.
-
-    Chunk `i` of `n` holds positions `i * L` to `i * L + L - 1`.  One
-    position is written into its chunk only, under a `cond`: the other
-    chunks pass through untouched.  In a TensorFlow graph every write copies
-    the tensor written to (no op updates one in place outside XLA), so a
-    step copies `1 / n` of the cache instead of all of it.  Several positions
-    (a prompt) are written through the whole cache, once.
-    """
-    length = cache_length(chunks[0])
-    if new.shape[1] != 1:
-        whole = write_cache(ops.concatenate(chunks, axis=2), new, index)
-        return tuple(ops.split(whole, len(chunks), axis=2))
-    target = ops.floor_divide(index, length)
-    return tuple(
-        ops.cond(
-            ops.equal(target, i),
-            lambda chunk=chunk, i=i: write_cache(chunk, new, index - i * length),
-            lambda chunk=chunk: chunk,
-        )
-        for i, chunk in enumerate(chunks)
-    )
-
-
 def cache_length(cache):
-    """Positions of a head-major cache tensor, or of a tuple of equal chunks."""
-    if isinstance(cache, (tuple, list)):
-        return len(cache) * cache_length(cache[0])
+    """Positions of a head-major cache tensor `(B, h, S_max, d)`."""
     return leading_shape(cache, 3)[2]
 
 

@@ -119,12 +119,10 @@ class MultiHeadAttention(keras.layers.Layer):
         cache: a `(key, value)` pair of projected tensors, head-major
             `(B, h, S_max, d)` (the layout the attention matmuls read without
             a transpose).  With `cache_update_index`, the new keys/values are
-            written at that position (self-attention decoding); each of the
-            pair may then also be a tuple of `n` equal chunks `(B, h, S_max /
-            n, d)` along positions, of which a step writes only one (see
-            `Transformer.init_cache`); without `cache_update_index`,
-            the cache is used as the projected keys/values (precomputed
-            cross-attention, see `project_key_value(..., heads_first=True)`).
+            written at that position (self-attention decoding); without
+            `cache_update_index`, the cache is used as the projected
+            keys/values (precomputed cross-attention, see
+            `project_key_value(..., heads_first=True)`).
             A precomputed cache may have fewer rows than the query: with
             `B_q = g * B`, query rows `g * b` to `g * b + g - 1` all attend
             to cache row `b` (the beams of one sentence share its encoder

@@ -46,8 +46,6 @@ def scaled_dot_product_attention(
         heads_first: keys and values are head-major, the layout the batched
             matmuls read without a transpose (a decoding cache, read every
             step: transposing it each time cost more than the matmuls).
-            Each may then also be a tuple of equal chunks along S (a chunked
-            decoding cache), read chunk by chunk without joining them.
 
     Returns:
         `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
@@ -62,9 +60,7 @@ def scaled_dot_product_attention(
         # `matmul(q, swapaxes(k))`, or an einsum Keras rewrites as one, reads)
         # is a copy of every key cache on every step of an XLA decoding loop.
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, d_k); T = 1: no copy
-        keys = key if isinstance(key, (tuple, list)) else (key,)
-        scores = [ops.einsum("...td,...sd->...ts", query, k) for k in keys]  # (B, H, T, S)
-        scores = scores[0] if len(keys) == 1 else ops.concatenate(scores, axis=-1)
+        scores = ops.einsum("...td,...sd->...ts", query, key)  # (B, H, T, S)
     else:
         # Head-major operands: both batched matmuls (and their gradients)
         # then read (B, H) as leading batch axes; the einsums over (B, S, H,
@@ -79,12 +75,7 @@ def scaled_dot_product_attention(
     weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
     dropped = weights if dropout_fn is None else dropout_fn(weights)
     if heads_first:
-        values = value if isinstance(value, (tuple, list)) else (value,)
-        dropped = ops.cast(dropped, values[0].dtype)
-        parts = [dropped] if len(values) == 1 else ops.split(dropped, len(values), -1)
-        output = ops.matmul(parts[0], values[0])  # (B, H, T, d_v)
-        for part, chunk in zip(parts[1:], values[1:], strict=True):
-            output = output + ops.matmul(part, chunk)
+        output = ops.matmul(ops.cast(dropped, value.dtype), value)  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
     else:
         dropped = ops.cast(dropped, value.dtype)
@@ -142,15 +133,12 @@ def additive_attention(
         mask: optional boolean `(B, T, S)`, `True` where attention is allowed.
         dropout_fn: optional callable applied to the attention weights.
         heads_first: keys and values are head-major (a decoding cache); the
-            queries are moved to that layout instead of the whole cache.  A
-            chunked cache (tuples of chunks along S) is joined first.
+            queries are moved to that layout instead of the whole cache.
 
     Returns:
         `(output (B, T, H, d_v), weights (B, H, T, S) float32)`.
     """
     if heads_first:
-        if isinstance(key, (tuple, list)):  # a chunked cache, joined
-            key, value = ops.concatenate(key, axis=2), ops.concatenate(value, axis=2)
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, d_k)
         hidden = ops.tanh(
             ops.expand_dims(query, 3) + ops.expand_dims(key, 2)

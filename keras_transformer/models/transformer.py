@@ -168,34 +168,14 @@ class Transformer(XLADropoutMixin, keras.Model):
     #: since cross-attention shares a cache row among consecutive query rows.
     static_cache_entries = ("cross_key", "cross_value", "encoder_padding_mask")
 
-    #: Chunks of the self-attention cache when `beam_search` decodes (it
-    #: passes `init_cache(..., chunks=beam_cache_chunks)`).  In a TensorFlow
-    #: graph, 2 made beam 4 at batch 32 1.10x faster (its 128 rows' cache
-    #: copies halve) but not greedy search (0.98x: its copies are 4x
-    #: smaller, and each chunk is one more batched matmul per layer); under
-    #: XLA, which writes the cache in place, 2 leaves beam as fast and makes
-    #: greedy 1.1x slower.  So greedy keeps one tensor
-    #: (`benchmarks/ablate_cache_chunks.py [--xla]`).
-    beam_cache_chunks = 2
-
-    def init_cache(self, encoder_token_ids, encoder_output, max_length, chunks=1):
+    def init_cache(self, encoder_token_ids, encoder_output, max_length):
         """Key/value cache for decoding up to `max_length` target positions.
 
         The cross-attention keys/values are projected once here; each
         `decode_step` then costs one position.  Every entry has the batch on
         axis 0 so that beam search can tile and reorder it.
 
-        `chunks` cuts each self-attention key/value cache along positions into
-        that many equal tensors (together at least `max_length` positions;
-        those past it are never reached).  A step writes one chunk and reads
-        all of them: outside XLA every write copies the tensor written to, so
-        a step then copies a chunk instead of the whole cache, at the price of
-        one more batched matmul per chunk.
         """
-        check_positive_int("chunks", chunks)
-        if isinstance(max_length, int):
-            chunks = min(chunks, max(max_length, 1))
-        length = (max_length + chunks - 1) // chunks  # per chunk; an int or a scalar
         batch = ops.shape(encoder_output)[0]
         cache = {
             "self_key": [], "self_value": [], "cross_key": [], "cross_value": [],
@@ -205,16 +185,12 @@ class Transformer(XLADropoutMixin, keras.Model):
             attention = block.self_attention
             for name, width in (("self_key", attention.head_key_dim),
                                 ("self_value", attention.head_value_dim)):
-                parts = tuple(
-                    ops.zeros(
-                        (batch, self.config.num_heads, length, width),
-                        # The layer's, which writes it (a functional model's
-                        # own compute dtype stays float32 under a mixed policy).
-                        dtype=attention.compute_dtype,
-                    )
-                    for _ in range(chunks)
-                )  # (B, h, T_max / chunks, d): head-major, read without a transpose
-                cache[name].append(parts[0] if chunks == 1 else parts)
+                cache[name].append(ops.zeros(
+                    (batch, self.config.num_heads, max_length, width),
+                    # The layer's, which writes it (a functional model's own
+                    # compute dtype stays float32 under a mixed policy).
+                    dtype=attention.compute_dtype,
+                ))  # (B, h, T_max, d): head-major, read without a transpose
             key, value = block.cross_attention.project_key_value(
                 encoder_output, heads_first=True
             )
