@@ -170,8 +170,10 @@ def serve_round(server, sentences, clients, per_client, references):
 
 def quartiles(values):
     values = sorted(values)
-    q1, _, q3 = (statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1
-                 else values * 3)
+    if len(values) > 1:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
     return {"median": statistics.median(values), "q1": q1, "q3": q3, "samples": values}
 
 

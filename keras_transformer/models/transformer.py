@@ -174,7 +174,6 @@ class Transformer(XLADropoutMixin, keras.Model):
         The cross-attention keys/values are projected once here; each
         `decode_step` then costs one position.  Every entry has the batch on
         axis 0 so that beam search can tile and reorder it.
-
         """
         batch = ops.shape(encoder_output)[0]
         cache = {

@@ -140,8 +140,7 @@ class Task:
             return
         names = list(data.label_names)
         if isinstance(data.train, tuple):  # in memory: the classes its labels hold
-            ids = sorted({int(i) for i in np.asarray(data.train[1]).reshape(-1)})
-            names = [names[i] for i in ids]
+            names = [names[i] for i in np.unique(np.asarray(data.train[1]))]
         if len(names) >= 2:
             return
         source = (f"train_files={[os.fspath(p) for p in config.train_files]!r}"
