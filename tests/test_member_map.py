@@ -36,6 +36,19 @@ def _members(size=3, dropout=0.3, **options):
     return members
 
 
+def _draws_looped_over_members(fn):
+    """The random ops that tracing `fn` puts in a while loop: what
+    `tf.vectorized_map` does with an op it has no batched form of, such as
+    a random op keyed by each member's own seed."""
+    graph = tf.function(fn).get_concrete_function().graph
+    looped = set()
+    for op in graph.get_operations():
+        if op.type in ("While", "StatelessWhile"):
+            body = graph._functions[op.get_attr("body").name].graph  # noqa: SLF001 (TF's own)
+            looped |= {o.type for o in body.get_operations()}
+    return sorted(t for t in looped if "Random" in t or "Gamma" in t)
+
+
 def _states(members):
     return [[v.numpy() for v in m.variables if not v.trainable] for m in members]
 
@@ -77,6 +90,8 @@ def test_vectorised_members_give_each_members_logits_gradients_and_dropout(optio
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, b) for a, b in zip(before[0], after[0], strict=True))
+    # Each member's masks are drawn once, not looped over by the map.
+    assert _draws_looped_over_members(lambda: model.member_logits(inputs, training=True)) == []
     # Inference (each member in turn) from the fixed features and from the
     # raw series gives one answer, the mean of what the map gives members
     # without dropout.
@@ -103,6 +118,7 @@ def test_mixing_text_members_draw_their_own_lam_and_masks():
     np.testing.assert_allclose(logits, tf.stack([a[0] for a in alone], 1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(lam, tf.stack([a[1] for a in alone], 1), rtol=1e-6)
     assert len({float(lam[0, i]) for i in range(3)}) == 3  # each member its own draw
+    assert _draws_looped_over_members(lambda: model.member_logits(ids, training=True)) == []
 
 
 def test_members_that_differ_in_more_than_weights_run_in_turn():

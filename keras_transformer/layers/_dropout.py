@@ -14,6 +14,8 @@ import contextvars
 import keras
 from keras import ops
 
+from keras_transformer.layers._member_draws import maps, member_draw
+
 # Threefry-2x32 (Salmon et al., 2011, Table 4): rotation constants of the
 # even and odd groups of four rounds, and the key-schedule parity constant.
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -114,7 +116,16 @@ class Dropout(keras.layers.Dropout):
     """
 
     def call(self, inputs, training=False):
-        if not (training and self.rate > 0 and _THREEFRY.get() and self.noise_shape is None):
+        drops = training and self.rate > 0 and self.noise_shape is None
+        if drops and not _THREEFRY.get() and maps(self.seed_generator):
+            # A member run over stacked weights: every member's mask drawn
+            # once, as alone (`_member_draws`); the select as Keras' own.
+            shape = ops.shape(inputs)
+            mask = member_draw(self.seed_generator, lambda seed: keras.random.dropout(
+                ops.ones(shape, inputs.dtype), self.rate, seed=seed))
+            scale = ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+            return ops.where(ops.not_equal(mask, 0), inputs * scale, ops.zeros_like(inputs))
+        if not (drops and _THREEFRY.get()):
             return super().call(inputs, training=training)
         key = ops.cast(self.seed_generator.next(), "uint32")  # (2,)
         bits = threefry_bits((key[0], key[1]), ops.shape(inputs))

@@ -14,13 +14,17 @@ rather than looping; on JAX it is `jax.vmap`.
 The members keep their own variables (checkpoints, saving and export are
 theirs), gradients reach each of them through the stack, and what a
 member's call writes to its state (its dropout's seed) is written back to
-that member, so every member draws what it would draw alone.
+that member.  Every member draws what it would draw alone, each draw made
+once from the seeds of before the map (`keras_transformer.layers._member_draws`),
+not looped over by the map.
 """
 
 import json
 
 import keras
 from keras import ops
+
+from keras_transformer.layers._member_draws import mapped_member
 
 
 def same_architecture(models):
@@ -73,16 +77,21 @@ def map_members(members, fn, member_inputs=None, shared_inputs=None):
     stacked = [ops.stack([m.variables[j].value for m in members]) for j in range(len(variables))]
     state = [j for j, v in enumerate(variables) if not v.trainable]
     written = []  # the state variables a member's call assigns: known when traced
+    # The seed states before the map, read inside it as tensors from outside:
+    # every member's draw made once (`keras_transformer.layers._member_draws`).
+    states = {id(variables[j]): stacked[j] for j in state}
 
     def one(elements):
-        weights, inputs = elements if member_inputs is not None else (elements[0], None)
-        with keras.StatelessScope(state_mapping=list(zip(variables, weights, strict=True))) as scope:
+        index, weights, inputs = elements if member_inputs is not None else (*elements, None)
+        with (keras.StatelessScope(state_mapping=list(zip(variables, weights, strict=True)))
+              as scope, mapped_member(index, dict(states))):
             outputs = fn(template, inputs, shared_inputs)
             values = {j: scope.get_current_value(variables[j]) for j in state}
         written[:] = [j for j in state if values[j] is not weights[j]]
         return outputs, [values[j] for j in written]
 
-    elements = (stacked,) if member_inputs is None else (stacked, member_inputs)
+    indices = ops.arange(len(members), dtype="int32")
+    elements = (indices, stacked) if member_inputs is None else (indices, stacked, member_inputs)
     outputs, states = ops.vectorized_map(one, elements)
     for j, value in zip(written, states, strict=True):
         for i, member in enumerate(members):

@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers._dropout import Dropout
+from keras_transformer.layers._member_draws import member_draw
 from keras_transformer.layers.series_stem import has_stem_features
 from keras_transformer.layers.validation import check_token_ids
 from keras_transformer.models._serialization import with_dtype_policy
@@ -117,7 +118,9 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
             pooled = self._pooled_features(inputs)
             if not mixes:
                 return self._head(pooled)
-            lam = mixup_lambda(ops.shape(pooled)[0], self.mixup_alpha, self.mixup_seed)
+            batch = ops.shape(pooled)[0]
+            lam = member_draw(self.mixup_seed,
+                              lambda seed: mixup_lambda(batch, self.mixup_alpha, seed))
             weight = ops.cast(ops.expand_dims(lam, -1), pooled.dtype)
             mixed = weight * pooled + (1 - weight) * ops.flip(pooled, axis=0)
             self.step_outputs.keep((lam,))
