@@ -17,12 +17,11 @@ import keras
 
 from keras_transformer.layers import sublayers
 from keras_transformer.models import Transformer
+from training.serving.saved_model import EXPORT_ASSET
 
 #: What `export_saved_model(quantize=...)` accepts.
 SAVED_MODEL_QUANTIZATIONS = ("none", "int8")
 
-#: The SavedModel's asset that records how it was written.
-EXPORT_ASSET = "export.json"
 
 
 def check_saved_model_quantize(quantize, model):

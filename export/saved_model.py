@@ -1,46 +1,20 @@
 """Export a trained model as a SavedModel that serves raw strings.
 
-Layout of the exported directory:
-
-```
-saved_model.pb, variables/     the inference module (weights only, no optimizer)
-assets/config.json             the resolved run configuration
-assets/vocab.txt               the word-piece vocabulary (token inputs)
-assets/tokenizer.json          the tokenizer options (token inputs)
-assets/labels.txt              one class name a line (classifiers)
-manifest.json                  the format version and every file's size and SHA-256
-```
-
-`manifest.json` (`training.data.manifest`) is written inside the staged
-directory before it is renamed into place; `predict --saved-model` checks it
-before it loads anything (`check_saved_model_export`).  `overwrite` replaces
-a SavedModel export and nothing else (`is_saved_model_export`).
-
-`training.text.tokenizers.load_tokenizer(os.path.join(export_dir, "assets"))`
-rebuilds the tokenizer from the assets alone.
+The layout of the export, its manifest and the atomic write are
+`training.serving.saved_model`'s; this module builds a run's serving module
+from its task (and the int8 tables of `quantize`).  `predict --saved-model`
+checks the manifest before it loads anything (`check_saved_model_export`).
 """
 
-import json
-import os
-import tempfile
-
-import tensorflow as tf
-
-from export.quantize import EXPORT_ASSET, check_saved_model_quantize, int8_tables
-from training.data.atomic import atomic_directory, check_target
-from training.data.manifest import SAVED_MODEL_FILES, write_manifest, written_as
+from export.quantize import check_saved_model_quantize, int8_tables
+from training.data.atomic import check_target
+from training.serving.saved_model import (  # noqa: F401 (this module's API too)
+    REPLACEABLE,
+    check_config,
+    is_saved_model_export,
+    write_saved_model,
+)
 from training.tasks.base import serving_of
-
-
-def is_saved_model_export(path):
-    """Whether `path` is a SavedModel export of this package (its manifest
-    says so, or, written before exports carried one, it holds
-    `saved_model.pb` and `assets/config.json`): all `overwrite` replaces."""
-    return written_as(path, "saved_model", SAVED_MODEL_FILES)
-
-
-#: What `export_saved_model(overwrite=True)` may replace (`training.data.atomic.check_target`).
-REPLACEABLE = ("a SavedModel export of keras-transformer", is_saved_model_export)
 
 
 def build_serving_module(model, task):
@@ -63,27 +37,6 @@ def build_serving_module(model, task):
     serving = serving_of(task)
     serving.check_model(model)
     return serving.serving_module(model)
-
-
-def _write_assets(directory, config, tokenizer, label_names):
-    """Writes the asset files into `directory`; returns {name: path}."""
-    paths = {"config": os.path.join(directory, "config.json")}
-    with open(paths["config"], "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
-        f.write("\n")
-    if tokenizer is not None and hasattr(tokenizer, "save"):
-        tokenizer.save(directory)
-        for name, file_name in (
-            ("vocabulary", "vocab.txt"),
-            ("tokenizer", "tokenizer.json"),
-        ):
-            if os.path.isfile(os.path.join(directory, file_name)):
-                paths[name] = os.path.join(directory, file_name)
-    if label_names is not None:
-        paths["labels"] = os.path.join(directory, "labels.txt")
-        with open(paths["labels"], "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(f"{name}\n" for name in label_names)
-    return paths
 
 
 def export_saved_model(model, config, export_dir, task, overwrite=False, quantize="none"):
@@ -129,30 +82,12 @@ def export_saved_model(model, config, export_dir, task, overwrite=False, quantiz
             is not JSON-serialisable.
     """
     check_target(export_dir, overwrite, REPLACEABLE)  # before any work
-    try:
-        config = json.loads(json.dumps(config))
-    except TypeError as error:
-        raise ValueError(f"config must be JSON-serialisable: {error}") from error
+    config = check_config(config)
     serving = serving_of(task)
     check_saved_model_quantize(quantize, model)
     if quantize == "int8":
         model = int8_tables(model)
     module = build_serving_module(model, serving)
     # A classifier's labels.txt names every class, defaults included.
-    label_names = serving.class_names(model)
-    tokenizer = serving.tokenizer
-    export_dir = os.path.abspath(os.fspath(export_dir))
-    with (
-        atomic_directory(export_dir, overwrite, REPLACEABLE) as staging,
-        tempfile.TemporaryDirectory() as assets,
-    ):
-        asset_paths = _write_assets(assets, config, tokenizer, label_names)
-        asset_paths["export"] = os.path.join(assets, EXPORT_ASSET)
-        with open(asset_paths["export"], "w", encoding="utf-8") as f:
-            json.dump({"quantize": quantize}, f)
-        module.assets = {
-            name: tf.saved_model.Asset(path) for name, path in asset_paths.items()
-        }
-        tf.saved_model.save(module, staging, signatures=module.signatures())
-        write_manifest(staging, "saved_model")
-    return export_dir
+    return write_saved_model(module, export_dir, config, serving.tokenizer,
+                             serving.class_names(model), overwrite, quantize)

@@ -25,7 +25,7 @@ from export_fixtures import (
     tiny_translator,
 )
 
-import export.saved_model
+import training.serving.saved_model
 from cli import export_commands, export_handlers
 from export.saved_model import export_saved_model
 from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
@@ -234,7 +234,7 @@ def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monke
             f.write(b"half")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(export.saved_model.tf.saved_model, "save", save_half_then_fail)
+    monkeypatch.setattr(training.serving.saved_model.tf.saved_model, "save", save_half_then_fail)
     for name, overwrite in (("fresh", False), ("series", True)):
         with pytest.raises(RuntimeError, match="disk full"):
             export_saved_model(
