@@ -33,6 +33,7 @@ LAYERS = (
     ("training.optimization",),
     ("training.monitor",),
     ("training.serving",),
+    ("training.task_models",),  # the task models a user builds: backbones + preprocessing
     ("training.tasks",),
     ("training.config",),
     ("training.runs",),

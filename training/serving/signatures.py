@@ -49,7 +49,7 @@ def _tf_variables(model):
     return variables
 
 
-def _dense_ids(ragged_ids, max_length):
+def dense_ids(ragged_ids, max_length):
     """Ragged `(B, None)` ids -> `(B, S)` cut to `max_length`, 0-padded, S >= 1
     (packed ids `(B, None, 1 + G)` -> `(B, S, 1 + G)`).
 
@@ -204,7 +204,7 @@ class TranslatorModule(tf.Module):
         }
 
     def _source_ids(self, sentences):
-        return _dense_ids(self.tokenizer.tokenize(sentences), self.max_sequence_length)
+        return dense_ids(self.tokenizer.tokenize(sentences), self.max_sequence_length)
 
     def _max_length(self, encoder_token_ids):
         source_length = tf.shape(encoder_token_ids)[1]
@@ -430,7 +430,7 @@ class ClassifierModule(tf.Module):
         }
 
     def _classify(self, sentences):
-        ids = _dense_ids(self.tokenizer.tokenize(sentences), self.max_sequence_length)
+        ids = dense_ids(self.tokenizer.tokenize(sentences), self.max_sequence_length)
         return self._outputs(fill_empty_rows(ids))
 
     def _classify_ids(self, token_ids):

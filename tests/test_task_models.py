@@ -1,0 +1,172 @@
+"""Task models from a Keras user's own code: raw strings in, fit, answers, `.keras`, export.
+
+Each test is the user's script: data it makes, `from_texts`, `compile`,
+`fit` on raw strings, answers on raw strings, the `.keras` file reloaded
+(`keras.models.load_model` only), `export`, and the SavedModel answered in
+a fresh process that imports only TensorFlow and tensorflow-text, with the
+same answers every time.
+"""
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training.serving.signatures import ClassifierModule
+from training.task_models import TextClassifier, Translator
+
+# A process that imports TensorFlow, tensorflow-text and nothing of this
+# project, loads a SavedModel and answers signatures (argv: dir, JSON list of
+# names, input key, JSON list of strings); it prints {name: outputs} and the
+# project modules it imported (none).
+FRESH = """
+import json, sys
+import tensorflow as tf, tensorflow_text  # noqa: F401 (the tokenizer's ops)
+model = tf.saved_model.load(sys.argv[1])
+inputs = {sys.argv[3]: tf.constant(json.loads(sys.argv[4]))}
+answers = {name: {k: v.numpy().tolist() for k, v in model.signatures[name](**inputs).items()}
+           for name in json.loads(sys.argv[2])}
+own = [m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "training", "export")]
+print(json.dumps({"own": own, **answers}, default=lambda b: b.decode("utf-8")))
+"""
+
+
+def _fresh(path, signatures, key, strings):
+    done = subprocess.run([sys.executable, "-I", "-c", FRESH, str(path), json.dumps(signatures),
+                           key, json.dumps(strings)], capture_output=True, text=True, check=True)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer.pop("own") == []
+    return answer
+
+
+def _sentiment(rng, n):
+    good = ["good", "great", "fine", "lovely", "nice"]
+    bad = ["bad", "awful", "poor", "dull", "ugly"]
+    filler = ["the", "film", "was", "a", "very", "plot", "and", "story"]
+    texts, labels = [], []
+    for i in range(n):
+        words = list(rng.choice(filler, 4)) + [rng.choice(good if i % 2 else bad)]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        labels.append("pos" if i % 2 else "neg")
+    return texts, labels
+
+
+def test_text_classifier_fits_answers_saves_and_exports(tmp_path, rng):
+    texts, labels = _sentiment(rng, 96)
+    model = TextClassifier.from_texts(texts, labels, vocabulary_size=200, sequence_length=16,
+                                      hidden_dim=16, num_layers=1, num_heads=2,
+                                      intermediate_dim=32)
+    model.compile(learning_rate=3e-3)
+    history = model.fit(texts, labels, epochs=12, verbose=0)
+    assert history.history["accuracy"][-1] > history.history["accuracy"][0]
+    queries = ["a good film", "an awful plot", "", "unseen words 😀"]
+    answer = model.predict(queries)
+    assert answer["probabilities"].shape == (4, 2)
+    assert list(answer["labels"][:2]) == ["pos", "neg"]
+    assert model.evaluate(texts, labels, verbose=0, return_dict=True)["accuracy"] >= 0.9
+
+    model.save(tmp_path / "classifier.keras")
+    loaded = keras.models.load_model(tmp_path / "classifier.keras")
+    assert isinstance(loaded, TextClassifier) and loaded.label_names == ["neg", "pos"]
+    again = loaded.predict(queries)
+    assert list(again["labels"]) == list(answer["labels"])
+    np.testing.assert_allclose(again["probabilities"], answer["probabilities"], atol=1e-6)
+
+    exported = loaded.export(tmp_path / "savedmodel")
+    served = _fresh(exported, ["serving_default"], "sentences", queries)["serving_default"]
+    assert served["labels"] == list(answer["labels"])
+    np.testing.assert_allclose(served["probabilities"], answer["probabilities"], atol=1e-5)
+
+
+def test_text_classifier_export_is_the_command_lines_module(tmp_path, rng):
+    """The same module class and assets as `export_saved_model` of a run."""
+    texts, labels = _sentiment(rng, 16)
+    model = TextClassifier.from_texts(texts, labels, vocabulary_size=100, hidden_dim=8,
+                                      num_layers=1, num_heads=2, intermediate_dim=16)
+    path = model.export(tmp_path / "e")
+    assets = tmp_path / "e" / "assets"
+    assert {"config.json", "vocab.txt", "tokenizer.json", "labels.txt"} <= {
+        p.name for p in assets.iterdir()}
+    assert json.loads((assets / "config.json").read_text())["task"] == "classification"
+    loaded = tf.saved_model.load(path)
+    assert set(loaded.signatures) == {"serving_default", "classify_ids"}
+    module = ClassifierModule(model.backbone, model.tokenizer, model.label_names)
+    sentences = tf.constant(texts[:4])
+    np.testing.assert_allclose(loaded.signatures["serving_default"](sentences=sentences)
+                               ["probabilities"], module.classify(sentences)["probabilities"],
+                               atol=1e-6)
+
+
+def test_bad_input_is_refused_with_the_argument_named(rng):
+    texts, labels = _sentiment(rng, 8)
+    with pytest.raises(ValueError, match="labels must hold at least two classes"):
+        TextClassifier.from_texts(texts, ["pos"] * 8)
+    with pytest.raises(ValueError, match="texts must be a list of strings, not one string"):
+        TextClassifier.from_texts("one sentence", labels)
+    model = TextClassifier.from_texts(texts, labels, vocabulary_size=60, hidden_dim=8,
+                                      num_layers=1, num_heads=2, intermediate_dim=16)
+    with pytest.raises(ValueError, match="y holds label 'maybe', not one of the classes"):
+        model.label_ids(["pos", "maybe"])
+    with pytest.raises(ValueError, match=r"y holds class index 2, outside \[0, 2\)"):
+        model.label_ids([0, 2])
+    with pytest.raises(ValueError, match="x must be a list of strings; received an element 3"):
+        model.predict(["fine", 3])
+    with pytest.raises(ValueError, match="sources and targets must pair up"):
+        Translator.from_texts(["a b"], ["a b"], vocabulary_size=40, hidden_dim=8,
+                              num_layers=1, num_heads=2, intermediate_dim=16).fit(
+            (["a", "b"], ["a"]))
+
+
+@pytest.mark.slow
+def test_translator_fits_translates_saves_and_exports(tmp_path, rng):
+    words = ["red", "blue", "green", "cat", "dog", "big", "small", "runs"]
+    sources = [" ".join(rng.choice(words, rng.integers(2, 5))) for _ in range(64)]
+    targets = [" ".join(reversed(s.split())) for s in sources]
+    model = Translator.from_texts(sources, targets, vocabulary_size=60, hidden_dim=16,
+                                  num_layers=1, num_heads=2, intermediate_dim=32,
+                                  max_sequence_length=12)
+    model.compile(warmup_steps=40)
+    history = model.fit((sources, targets), epochs=6, verbose=0)
+    # Accuracy of real tokens only: padding is most of these batches' columns.
+    assert history.history["accuracy"][-1] > history.history["accuracy"][0]
+    queries = sources[:3] + ["", "unseen 中文 words"]
+    greedy = model.translate(queries)
+    beam = model.translate(queries, beam_size=4)
+    assert len(greedy) == len(beam) == 5 and all(isinstance(t, str) for t in greedy)
+
+    model.save(tmp_path / "translator.keras")
+    loaded = keras.models.load_model(tmp_path / "translator.keras")
+    assert loaded.translate(queries) == greedy
+    assert loaded.generate(queries, beam_size=4) == beam
+
+    exported = loaded.export(tmp_path / "savedmodel")
+    served = _fresh(exported, ["serving_default", "translate_beam"], "sentences", queries)
+    assert served["serving_default"]["translations"] == greedy
+    assert served["translate_beam"]["translations"] == beam
+
+
+@pytest.mark.slow
+def test_a_runs_model_exports_as_the_command_line_exports_it(tmp_path):
+    """A `Translator` around a run's trained model writes the SavedModel that
+    `export_saved_model` (what `python -m export saved-model` calls) writes,
+    and `translate` answers what it serves (the classifier's module is
+    compared in `test_text_classifier_export_is_the_command_lines_module`)."""
+    from tests.export_fixtures import SENTENCES, exported_translator, tiny_tokenizer, tiny_translator
+
+    model = Translator(tiny_translator(), tiny_tokenizer())
+    ours = tf.saved_model.load(model.export(tmp_path / "translator"))
+    theirs = tf.saved_model.load(exported_translator())
+    assert set(ours.signatures) == set(theirs.signatures)
+    queries = list(SENTENCES[:6]) + ["", "unseen 😀"]
+    for name in ("serving_default", "translate_beam"):
+        got = ours.signatures[name](sentences=tf.constant(queries))["translations"]
+        want = theirs.signatures[name](sentences=tf.constant(queries))["translations"]
+        assert got.numpy().tolist() == want.numpy().tolist()
+        beam_size = 1 if name == "serving_default" else 4
+        assert model.translate(queries, beam_size=beam_size) == [
+            t.decode("utf-8") for t in want.numpy()]

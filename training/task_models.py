@@ -1,0 +1,448 @@
+"""Task models: a backbone with its preprocessing inside, for a Keras user's own code.
+
+As KerasHub's task models: `fit` takes raw strings (or pairs of strings),
+`predict` and `translate` answer raw strings, the tokenizer and the class
+names are saved in the `.keras` file, and `export` writes the SavedModel
+the command line's `export saved-model` writes (strings in, strings out,
+with the fast signatures), which a process that imports only TensorFlow
+and tensorflow-text serves.
+
+```python
+from training.task_models import TextClassifier, Translator
+
+classifier = TextClassifier.from_texts(texts, labels)   # vocabulary, classes, backbone
+classifier.compile()                                    # Adam, label smoothing, accuracy
+classifier.fit(texts, labels, epochs=5)
+classifier.predict(["a new sentence"])                  # {"labels", "probabilities"}
+classifier.save("classifier.keras")                     # vocabulary and labels inside
+classifier.export("classifier_savedmodel")              # serving_default: sentences -> labels
+
+translator = Translator.from_texts(sources, targets)
+translator.compile(warmup_steps=100)                    # the paper's Adam and schedule
+translator.fit((sources, targets), epochs=20)
+translator.translate(["ein hund"], beam_size=4)
+```
+
+The backbones are the library's `keras.ops` models (`TransformerClassifier`,
+`TextCNNClassifier`, `Transformer`); the preprocessing is TensorFlow
+(`tensorflow-text` word pieces in `tf.data`), as KerasHub's preprocessors
+run in `tf.data` whatever the backend.  Each task model's `call` is its
+backbone's: token ids in, logits out.
+"""
+
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.layers import TokenStem
+from keras_transformer.models import (
+    TextCNNClassifier,
+    Transformer,
+    TransformerClassifier,
+)
+from keras_transformer.models.transformer_config import PAD_ID
+from training.optimization.losses import (
+    MaskedAccuracy,
+    MaskedSparseCategoricalCrossentropy,
+    SparseSmoothedCrossentropy,
+)
+from training.optimization.schedule import paper_optimizer
+from training.serving.saved_model import write_saved_model
+from training.serving.signatures import (
+    BEAM_SIZE,
+    LENGTH_PENALTY,
+    ClassifierModule,
+    TranslatorModule,
+    class_names,
+    dense_ids,
+    fill_empty_rows,
+)
+from training.text.detokenize import detokenize_ids
+from training.text.tokenizers import (
+    END_ID,
+    START_ID,
+    WordPieceTokenizer,
+    learn_wordpiece_vocabulary,
+    load_tokenizer,
+)
+
+#: Examples per batch of `fit` and `predict` given arrays or lists.
+BATCH_SIZE = 32
+
+
+def _strings(x, what):
+    """A list or 1-D array of `str` (or UTF-8 `bytes`) -> `(N,)` object array."""
+    if isinstance(x, (str, bytes)):
+        raise ValueError(f"{what} must be a list of strings, not one string; received "
+                         f"{what}={x[:40]!r}.")
+    try:
+        array = np.asarray(list(x), dtype=object)
+    except TypeError:
+        raise ValueError(f"{what} must be a list of strings; received "
+                         f"{type(x).__name__}.") from None
+    if array.ndim != 1 or not all(isinstance(s, (str, bytes)) for s in array):
+        bad = next((s for s in array.ravel() if not isinstance(s, (str, bytes))), None)
+        raise ValueError(f"{what} must be a list of strings; received an element "
+                         f"{bad!r} of type {type(bad).__name__}.")
+    if not len(array):
+        raise ValueError(f"{what} holds no string.")
+    return array
+
+
+def _sentences(tensor_or_list):
+    return tf.constant(_strings(tensor_or_list, "x").tolist(), tf.string)
+
+
+class _Untracked:
+    """A holder TensorFlow's object graph does not follow (a task model's
+    cached serving modules are not part of what it saves)."""
+
+    def __init__(self):
+        self.modules = {}
+
+
+class TaskModel(keras.Model):
+    """A backbone and the tokenizer of its inputs, saved together in a `.keras` file.
+
+    The tokenizer's files (`vocab.txt`, `tokenizer.json`) go into the `.keras`
+    archive's assets (`save_assets`) and are read back by `load_assets`, so
+    `keras.models.load_model(path)` returns a model that tokenizes as the
+    saved one did.
+    """
+
+    def __init__(self, backbone, tokenizer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+
+    def call(self, inputs, training=None):
+        return self.backbone(inputs, training=training)
+
+    def save_assets(self, dir_path):
+        self.tokenizer.save(dir_path)
+
+    def load_assets(self, dir_path):
+        self.tokenizer = load_tokenizer(dir_path)
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "backbone": keras.saving.serialize_keras_object(self.backbone)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+    def _keep_compile_settings(self, settings, defaults):
+        """What `compile` was given, for `get_compile_config`: the settings of
+        its defaults, or None where it was given its own optimizer, loss or
+        metrics (Keras' own config of them is saved instead)."""
+        self._compile_settings = dict(settings) if defaults else None
+
+    def get_compile_config(self):
+        settings = getattr(self, "_compile_settings", None)
+        if settings is None:
+            return super().get_compile_config()
+        return {"task_model_settings": settings}
+
+    def compile_from_config(self, config):
+        settings = config.get("task_model_settings")
+        self.compile(**(settings if settings is not None
+                        else keras.saving.deserialize_keras_object(config)))
+        if self.built:  # its variables exist before the saved ones are read into them
+            self.optimizer.build(self.trainable_variables)
+
+    def _check_tokenizer(self):
+        if self.tokenizer is None:
+            raise ValueError(f"{type(self).__name__} has no tokenizer: build it with "
+                             "from_texts(...), or pass tokenizer=.")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TextClassifier(TaskModel):
+    """Sentences -> class labels and probabilities.
+
+    Args:
+        backbone: A `TransformerClassifier` or `TextCNNClassifier` on token ids.
+        tokenizer: A `training.text.tokenizers.WordPieceTokenizer`, or None
+            until `load_assets` gives it.
+        label_names: One name per class, in the order of the backbone's
+            outputs ("0", "1", ... by default).
+        sequence_length: Sentences are cut to this many pieces (the
+            backbone's `max_sequence_length` by default).
+    """
+
+    def __init__(self, backbone, tokenizer=None, label_names=None, sequence_length=None,
+                 **kwargs):
+        if not isinstance(backbone, (TransformerClassifier, TextCNNClassifier)):
+            raise ValueError("backbone must be a TransformerClassifier or TextCNNClassifier; "
+                             f"received backbone={type(backbone).__name__}.")
+        if backbone.vocabulary_size is None:
+            raise ValueError("backbone must read token ids (a TokenStem); received a "
+                             "classifier of series.")
+        super().__init__(backbone, tokenizer, **kwargs)
+        self.label_names = class_names(backbone, label_names)
+        self.sequence_length = int(sequence_length or backbone.max_sequence_length)
+
+    @classmethod
+    def from_texts(cls, texts, labels, vocabulary_size=4000, sequence_length=128,
+                   hidden_dim=64, num_layers=2, num_heads=4, intermediate_dim=128,
+                   dropout=0.1, lower_case=True, **backbone_options):
+        """A classifier whose vocabulary is learned from `texts` and whose
+        classes are the sorted distinct `labels` (`np.unique`), with a
+        `TransformerClassifier` of the given sizes (`backbone_options`: its
+        other arguments, e.g. `pooling`)."""
+        texts = _strings(texts, "texts")
+        label_names = [str(n) for n in np.unique(np.asarray(labels).astype(str))]
+        if len(label_names) < 2:
+            raise ValueError(f"labels must hold at least two classes to learn; received "
+                             f"only {label_names!r}.")
+        vocabulary = learn_wordpiece_vocabulary(texts.tolist(), vocabulary_size,
+                                                lower_case=lower_case)
+        tokenizer = WordPieceTokenizer(vocabulary, lower_case=lower_case)
+        stem = TokenStem(len(vocabulary), hidden_dim, max_sequence_length=sequence_length)
+        backbone = TransformerClassifier(
+            stem, len(label_names), num_layers=num_layers, num_heads=num_heads,
+            intermediate_dim=intermediate_dim, dropout=dropout, **backbone_options)
+        return cls(backbone, tokenizer, label_names)
+
+    @property
+    def num_classes(self):
+        return self.backbone.num_classes
+
+    def compile(self, optimizer=None, loss=None, metrics=None, learning_rate=1e-3,
+                label_smoothing=0.1, **kwargs):
+        """Keras' `compile` with the pipeline's defaults: Adam at `learning_rate`,
+        label-smoothed cross-entropy on the logits, accuracy."""
+        self._keep_compile_settings(
+            {"learning_rate": learning_rate, "label_smoothing": label_smoothing},
+            optimizer is None and loss is None and metrics is None and not kwargs)
+        if optimizer is None:
+            optimizer = keras.optimizers.Adam(learning_rate)
+        if loss is None:
+            loss = (SparseSmoothedCrossentropy(label_smoothing, from_logits=True)
+                    if label_smoothing else
+                    keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        if metrics is None:
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def label_ids(self, labels, what="y"):
+        """Labels (names, or class indices) -> `(N,)` int32 class indices."""
+        values = np.asarray(labels)
+        if values.ndim != 1:
+            raise ValueError(f"{what} must be one label per example; received shape "
+                             f"{values.shape}.")
+        if values.dtype.kind in "iu":
+            bad = values[(values < 0) | (values >= len(self.label_names))]
+            if bad.size:
+                raise ValueError(f"{what} holds class index {int(bad[0])}, outside "
+                                 f"[0, {len(self.label_names)}).")
+            return values.astype("int32")
+        index = {name: i for i, name in enumerate(self.label_names)}
+        names = values.astype(str)
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            raise ValueError(f"{what} holds label {str(unknown[0])!r}, not one of the classes "
+                             f"{self.label_names}.")
+        return np.asarray([index[n] for n in names], "int32")
+
+    def token_ids(self, sentences):
+        """`(B,)` tf.string -> `(B, S)` int32 ids, as the export reads them."""
+        self._check_tokenizer()
+        return fill_empty_rows(dense_ids(self.tokenizer.tokenize(sentences),
+                                         self.sequence_length))
+
+    def _dataset(self, x, y=None, batch_size=None, shuffle=False, seed=None):
+        if isinstance(x, tf.data.Dataset):
+            return x.map(lambda s, *rest: (self.token_ids(s), *rest))
+        sentences = _sentences(x)
+        columns = (sentences,) if y is None else (sentences, self.label_ids(y))
+        dataset = tf.data.Dataset.from_tensor_slices(columns)
+        if shuffle:
+            dataset = dataset.shuffle(len(sentences), seed=seed)
+        dataset = dataset.batch(batch_size or BATCH_SIZE)
+        return dataset.map(lambda s, *rest: (self.token_ids(s), *rest))
+
+    def fit(self, x=None, y=None, batch_size=None, validation_data=None, shuffle=True,
+            **kwargs):
+        """`keras.Model.fit` on raw sentences: `x` a list (or array) of strings and
+        `y` their labels (names or indices), or `x` a `tf.data.Dataset` of
+        batched `(sentences, label indices)`."""
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            validation_data = self._dataset(*validation_data, batch_size=batch_size)
+        # Shuffled here (Keras' `shuffle` does not apply to a dataset).
+        return super().fit(self._dataset(x, y, batch_size, shuffle), shuffle=False,
+                           validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        return super().evaluate(self._dataset(x, y, batch_size), **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """Sentences -> `{"labels": (N,) str, "probabilities": (N, K) float32}`,
+        what the export's `serving_default` answers."""
+        logits = super().predict(self._dataset(x, batch_size=batch_size), **kwargs)
+        probabilities = np.asarray(self.backbone.probabilities(logits), "float32")
+        if probabilities.shape[1] == 1:
+            index = (probabilities[:, 0] > 0.5).astype(int)
+        else:
+            index = probabilities.argmax(axis=1)
+        return {"labels": np.asarray(self.label_names, dtype=object)[index],
+                "probabilities": probabilities}
+
+    def export(self, path, overwrite=False):
+        """Writes the SavedModel `python -m export saved-model` writes for a
+        text classifier: `serving_default` (`sentences` tf.string `(B,)` ->
+        `labels`, `probabilities`) and `classify_ids`; returns its path."""
+        self._check_tokenizer()
+        module = ClassifierModule(self.backbone, self.tokenizer, self.label_names)
+        config = {"task": "classification", "max_sequence_length": self.sequence_length,
+                  "model": keras.saving.serialize_keras_object(self.backbone)}
+        return write_saved_model(module, path, config, self.tokenizer, self.label_names,
+                                 overwrite)
+
+    def get_config(self):
+        return {**super().get_config(), "label_names": list(self.label_names),
+                "sequence_length": self.sequence_length}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Translator(TaskModel):
+    """Sentences -> translations, greedy or with beam search (Section 6.1).
+
+    Source and target share one word-piece vocabulary (and the tied
+    embeddings of Section 3.4), as the command line's translation runs do.
+
+    Args:
+        backbone: A `Transformer`.
+        tokenizer: Its `WordPieceTokenizer`, or None until `load_assets` gives it.
+    """
+
+    def __init__(self, backbone, tokenizer=None, **kwargs):
+        if not isinstance(backbone, Transformer):
+            raise ValueError("backbone must be a Transformer; received "
+                             f"backbone={type(backbone).__name__}.")
+        super().__init__(backbone, tokenizer, **kwargs)
+        self._modules = _Untracked()
+
+    @classmethod
+    def from_texts(cls, sources, targets, vocabulary_size=4000, preset="tiny",
+                   lower_case=True, **preset_overrides):
+        """A translator whose joint vocabulary is learned from `sources` and
+        `targets`, on `Transformer.from_preset(preset, **preset_overrides)`."""
+        sources, targets = _strings(sources, "sources"), _strings(targets, "targets")
+        vocabulary = learn_wordpiece_vocabulary(
+            sources.tolist() + targets.tolist(), vocabulary_size, lower_case=lower_case)
+        backbone = Transformer.from_preset(preset, vocabulary_size=len(vocabulary),
+                                           **preset_overrides)
+        return cls(backbone, WordPieceTokenizer(vocabulary, lower_case=lower_case))
+
+    @property
+    def sequence_length(self):
+        return int(self.backbone.config.max_sequence_length)
+
+    def compile(self, optimizer=None, loss=None, metrics=None, warmup_steps=4000,
+                label_smoothing=0.1, **kwargs):
+        """Keras' `compile` with the paper's defaults (Section 5.3-5.4): Adam
+        (0.9, 0.98, 1e-9) on the warm-up/rsqrt schedule of `warmup_steps`,
+        cross-entropy smoothed by `label_smoothing` over real tokens only,
+        and the accuracy of real tokens (padding counts in neither)."""
+        self._keep_compile_settings(
+            {"warmup_steps": warmup_steps, "label_smoothing": label_smoothing},
+            optimizer is None and loss is None and metrics is None and not kwargs)
+        if optimizer is None:
+            optimizer = paper_optimizer(self.backbone.config.hidden_dim, warmup_steps)
+        if loss is None:
+            loss = MaskedSparseCategoricalCrossentropy(label_smoothing=label_smoothing)
+        if metrics is None:
+            metrics = [MaskedAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def _pairs(self, sources, targets):
+        """(B,) source and target strings -> ({encoder, decoder ids}, labels)."""
+        self._check_tokenizer()
+        length = self.sequence_length
+        src = self.tokenizer.tokenize(sources)[:, :length]
+        tgt = self.tokenizer.tokenize(targets)[:, : length - 1]
+        rows = tf.ones([tgt.nrows(), 1], tf.int32)
+        decoder = tf.concat([rows * START_ID, tgt], axis=1)
+        labels = tf.concat([tgt, rows * END_ID], axis=1)
+        return ({"encoder_token_ids": src.to_tensor(PAD_ID),
+                 "decoder_token_ids": decoder.to_tensor(PAD_ID)}, labels.to_tensor(PAD_ID))
+
+    def _dataset(self, x, batch_size=None, shuffle=False):
+        if isinstance(x, tf.data.Dataset):
+            return x.map(self._pairs)
+        try:
+            sources, targets = x
+        except (TypeError, ValueError):
+            raise ValueError("x must be (sources, targets): two lists of strings of one "
+                             "length, or a tf.data.Dataset of batched pairs.") from None
+        sources, targets = _strings(sources, "sources"), _strings(targets, "targets")
+        if len(sources) != len(targets):
+            raise ValueError(f"sources and targets must pair up; received {len(sources)} "
+                             f"sources and {len(targets)} targets.")
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (sources.tolist(), targets.tolist()))
+        if shuffle:
+            dataset = dataset.shuffle(len(sources))
+        return dataset.batch(batch_size or BATCH_SIZE).map(self._pairs)
+
+    def fit(self, x=None, batch_size=None, validation_data=None, shuffle=True, **kwargs):
+        """`keras.Model.fit` on pairs of sentences: `x = (sources, targets)`, or
+        a `tf.data.Dataset` of batched `(sources, targets)` strings."""
+        if validation_data is not None:
+            validation_data = self._dataset(validation_data, batch_size)
+        return super().fit(self._dataset(x, batch_size, shuffle), shuffle=False,
+                           validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, batch_size=None, **kwargs):
+        return super().evaluate(self._dataset(x, batch_size), **kwargs)
+
+    def _serving(self, beam_size, length_penalty):
+        """The export's module for (beam size, length penalty), kept: its
+        signatures are what `translate` runs, traced once each."""
+        key = (int(beam_size), float(length_penalty))
+        modules = self._modules.modules
+        if key not in modules:
+            modules[key] = TranslatorModule(self.backbone, self.tokenizer,
+                                            beam_size=max(key[0], 2), length_penalty=key[1])
+        return modules[key]
+
+    def translate(self, sentences, beam_size=1, length_penalty=LENGTH_PENALTY,
+                  batch_size=None):
+        """Sentences -> translations (a list of `str`): greedy with `beam_size=1`,
+        else beam search with the GNMT `length_penalty`, through the export's
+        own signatures (`serving_default`, `translate_beam`), so an export
+        answers the same."""
+        self._check_tokenizer()
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
+            raise ValueError(f"beam_size must be a positive integer; received {beam_size!r}.")
+        sentences = _strings(sentences, "sentences").tolist()
+        module = self._serving(beam_size, length_penalty)
+        search = module.translate if beam_size == 1 else module.translate_beam
+        outputs = []
+        size = batch_size or BATCH_SIZE
+        for start in range(0, len(sentences), size):
+            text = search(tf.constant(sentences[start:start + size]))["translations"]
+            outputs += [t.decode("utf-8") for t in text.numpy()]
+        return outputs
+
+    generate = translate
+
+    def export(self, path, overwrite=False):
+        """Writes the SavedModel `python -m export saved-model` writes for a
+        translator (`serving_default`, `translate_ids`, `translate_xla`,
+        `translate_beam` with `BEAM_SIZE` beams, `translate_beam_xla`);
+        returns its path."""
+        self._check_tokenizer()
+        module = TranslatorModule(self.backbone, self.tokenizer)
+        config = {"task": "translation", "max_sequence_length": self.sequence_length,
+                  "beam_size": BEAM_SIZE, "length_penalty": LENGTH_PENALTY,
+                  "model": keras.saving.serialize_keras_object(self.backbone)}
+        return write_saved_model(module, path, config, self.tokenizer, None, overwrite)
+
+
+__all__ = ["TaskModel", "TextClassifier", "Translator"]
