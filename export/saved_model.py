@@ -2,7 +2,8 @@
 
 The layout of the export, its manifest and the atomic write are
 `training.serving.saved_model`'s; this module builds a run's serving module
-from its task (and the int8 tables of `quantize`).  `predict --saved-model`
+from its task (and the int8 tables of `quantize`).  `export_model` exports
+any Keras model without a task or config (`training.task_models`).  `predict --saved-model`
 checks the manifest before it loads anything (`check_saved_model_export`).
 """
 
@@ -14,6 +15,7 @@ from training.serving.saved_model import (  # noqa: F401 (this module's API too)
     is_saved_model_export,
     write_saved_model,
 )
+from training.task_models import export_model  # noqa: F401 (any Keras model, no task)
 from training.tasks.base import serving_of
 
 

@@ -170,3 +170,67 @@ def test_a_runs_model_exports_as_the_command_line_exports_it(tmp_path):
         beam_size = 1 if name == "serving_default" else 4
         assert model.translate(queries, beam_size=beam_size) == [
             t.decode("utf-8") for t in want.numpy()]
+
+
+def test_a_users_functional_classifier_exports_through_the_same_call(tmp_path, rng):
+    """A functional series classifier of the library's layers (projection,
+    positions, encoder blocks, pooling, a Dense head): `export_model` gives a
+    typed `features` signature that a fresh process answers as Keras does."""
+    from keras_transformer.layers import (
+        MaskedMeanPooling,
+        SinusoidalPositionEncoding,
+        TransformerEncoderBlock,
+    )
+    from training.task_models import export_model
+
+    inputs = keras.Input((24, 2), name="features")
+    x = keras.layers.Dense(16)(inputs)
+    x = x + SinusoidalPositionEncoding()(x)
+    x = TransformerEncoderBlock(32, 2)(x)
+    outputs = keras.layers.Dense(3)(MaskedMeanPooling()(x))
+    model = keras.Model(inputs, outputs)
+    series = rng.standard_normal((5, 24, 2)).astype("float32")
+    path = export_model(model, tmp_path / "mine", label_names=["a", "b", "c"])
+    served = _fresh(path, ["serving_default"], "features", series.tolist())["serving_default"]
+    np.testing.assert_allclose(served["outputs"], model.predict(series, verbose=0), atol=1e-5)
+    assert served["labels"] == [["a", "b", "c"][i] for i in model.predict(series, verbose=0)
+                                .argmax(axis=1)]
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    assert signature.structured_input_signature[1]["features"].shape.as_list() == [None, 24, 2]
+    with pytest.raises(ValueError, match="label_names must name each of the 3 columns"):
+        export_model(model, tmp_path / "bad", label_names=["a", "b"])
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_loaded_runs_task_model_answers_as_the_run(tmp_path):
+    """`load_run(...).task_model` is the run's model with its tokenizer: it
+    translates what the run's `predict` answers, and saves one `.keras` file."""
+    import os
+
+    from tests.export_fixtures import SENTENCES, tiny_tokenizer, tiny_translator
+    from training.config import load_config
+    from training.runs import selection
+    from training.runs.run_dir import (
+        RunDirLock,
+        finish_run,
+        load_run,
+        prepare_run_dir,
+        write_json_atomically,
+    )
+
+    run_dir = tmp_path / "run"
+    with RunDirLock(run_dir):
+        prepare_run_dir(run_dir, load_config("tiny", ["max_sequence_length=24"]))
+    tiny_tokenizer().save(run_dir / "vocab")
+    selection.save_final_model(tiny_translator(), os.path.join(run_dir, "model.keras"))
+    write_json_atomically(os.path.join(run_dir, "metrics.json"), {"steps": 1})
+    (run_dir / "checkpoints" / "scores.json").write_text('{"1": 0.5}')
+    finish_run(run_dir)
+    run = load_run(run_dir)
+    model = run.task_model
+    assert isinstance(model, Translator)
+    queries = list(SENTENCES[:4])
+    assert model.translate(queries) == run.predict(queries)
+    model.save(tmp_path / "run.keras")
+    assert keras.models.load_model(tmp_path / "run.keras").translate(queries) == run.predict(
+        queries)

@@ -37,9 +37,11 @@ import tensorflow as tf
 
 from keras_transformer.layers import TokenStem
 from keras_transformer.models import (
+    ClassifierEnsemble,
     TextCNNClassifier,
     Transformer,
     TransformerClassifier,
+    VisionTransformer,
 )
 from keras_transformer.models.transformer_config import PAD_ID
 from training.optimization.losses import (
@@ -53,6 +55,7 @@ from training.serving.signatures import (
     BEAM_SIZE,
     LENGTH_PENALTY,
     ClassifierModule,
+    KerasModelModule,
     TranslatorModule,
     class_names,
     dense_ids,
@@ -67,6 +70,8 @@ from training.text.tokenizers import (
     load_tokenizer,
 )
 
+#: The library's classifiers a `TextClassifier` wraps (on token ids).
+CLASSIFIERS = (TransformerClassifier, TextCNNClassifier, ClassifierEnsemble)
 #: Examples per batch of `fit` and `predict` given arrays or lists.
 BATCH_SIZE = 32
 
@@ -115,6 +120,8 @@ class TaskModel(keras.Model):
         super().__init__(**kwargs)
         self.backbone = backbone
         self.tokenizer = tokenizer
+        if backbone.built:  # a trained backbone: nothing left to build, so it saves as it is
+            self.built = True
 
     def call(self, inputs, training=None):
         return self.backbone(inputs, training=training)
@@ -165,7 +172,8 @@ class TextClassifier(TaskModel):
     """Sentences -> class labels and probabilities.
 
     Args:
-        backbone: A `TransformerClassifier` or `TextCNNClassifier` on token ids.
+        backbone: A `TransformerClassifier`, `TextCNNClassifier` or
+            `ClassifierEnsemble` on token ids (a run's model).
         tokenizer: A `training.text.tokenizers.WordPieceTokenizer`, or None
             until `load_assets` gives it.
         label_names: One name per class, in the order of the backbone's
@@ -176,9 +184,9 @@ class TextClassifier(TaskModel):
 
     def __init__(self, backbone, tokenizer=None, label_names=None, sequence_length=None,
                  **kwargs):
-        if not isinstance(backbone, (TransformerClassifier, TextCNNClassifier)):
-            raise ValueError("backbone must be a TransformerClassifier or TextCNNClassifier; "
-                             f"received backbone={type(backbone).__name__}.")
+        if not isinstance(backbone, CLASSIFIERS):
+            raise ValueError("backbone must be a TransformerClassifier, TextCNNClassifier or "
+                             f"ClassifierEnsemble; received backbone={type(backbone).__name__}.")
         if backbone.vocabulary_size is None:
             raise ValueError("backbone must read token ids (a TokenStem); received a "
                              "classifier of series.")
@@ -445,4 +453,41 @@ class Translator(TaskModel):
         return write_saved_model(module, path, config, self.tokenizer, None, overwrite)
 
 
-__all__ = ["TaskModel", "TextClassifier", "Translator"]
+def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=False):
+    """Writes a SavedModel of any Keras model, atomically; returns its path.
+
+    - a task model (`TextClassifier`, `Translator`): its own `export`;
+    - a library `Transformer` with its `tokenizer`: a `Translator`'s;
+    - a library text classifier with its `tokenizer` (and `label_names`):
+      a `TextClassifier`'s; a series or image classifier: the command
+      line's `features` / `images` signature, with `label_names`;
+    - any other Keras model (a user's functional classifier): its inputs'
+      typed signature (`training.serving.signatures.KerasModelModule`),
+      `labels` too with `label_names`.
+
+    The layout, manifest and atomic write are `write_saved_model`'s; the
+    command line's `export saved-model` writes the same signatures.
+    """
+    if isinstance(model, TaskModel):
+        return model.export(export_dir, overwrite=overwrite)
+    if isinstance(model, Transformer):
+        if tokenizer is None:
+            raise ValueError("A Transformer exports with its tokenizer; received tokenizer=None.")
+        return Translator(model, tokenizer).export(export_dir, overwrite=overwrite)
+    if isinstance(model, CLASSIFIERS + (VisionTransformer,)):
+        if tokenizer is not None:
+            return TextClassifier(model, tokenizer, label_names).export(export_dir, overwrite)
+        module = ClassifierModule(model, None, label_names)
+        task = "image" if module.image_input else "timeseries"
+        config = {"task": task, "max_sequence_length": getattr(model, "max_sequence_length", None),
+                  "model": keras.saving.serialize_keras_object(model)}
+        return write_saved_model(module, export_dir, config, None,
+                                 class_names(model, label_names), overwrite)
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"model must be a Keras model; received {type(model).__name__}.")
+    module = KerasModelModule(model, label_names)
+    config = {"task": "keras_model", "model": keras.saving.serialize_keras_object(model)}
+    return write_saved_model(module, export_dir, config, None, label_names, overwrite)
+
+
+__all__ = ["TaskModel", "TextClassifier", "Translator", "export_model"]

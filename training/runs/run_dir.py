@@ -52,6 +52,7 @@ import zipfile
 import keras
 
 import keras_transformer  # noqa: F401  (registers the serializable classes)
+from keras_transformer.models import Transformer
 import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
 from training.config import TrainingConfig
 from training.data.atomic import (
@@ -69,6 +70,7 @@ from training.data.manifest import (
 from training.data.readers import read_json
 from training.pipeline.prepared import file_fingerprint
 from training.runs.predict import predict_run
+from training.task_models import TextClassifier, Translator
 from training.tasks import get_task
 from training.text.tokenizers import check_vocabulary_size
 
@@ -581,6 +583,19 @@ class Run:
     def label_names(self):
         """The run's class names (None for translation)."""
         return self.task.label_names
+
+    @property
+    def task_model(self):
+        """The run's model with its preprocessing: a `training.task_models`
+        `Translator` or `TextClassifier` (its model, tokenizer and class
+        names), which `translate`s or `predict`s raw strings, saves one
+        `.keras` file and `export`s; None for series and images, whose
+        model answers arrays itself."""
+        if isinstance(self.model, Transformer):
+            return Translator(self.model, self.tokenizer)
+        if self.tokenizer is not None:
+            return TextClassifier(self.model, self.tokenizer, self.label_names)
+        return None
 
     def predict(self, inputs, beam_size=1, batch_size=64):
         """One output line per input: a translation, or `label<TAB>probability`.

@@ -10,6 +10,7 @@ fixed input signature whose `tf.TensorSpec`s declare `tf.string` explicitly
 and the returned dict keys its output keys.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -447,3 +448,74 @@ class ClassifierModule(tf.Module):
         # A loaded signature does not check the input against its TensorSpec:
         # without this, a wrong size fails deep inside, at the patch reshape.
         return self._outputs(tf.ensure_shape(images, self.image_shape))
+
+
+class KerasModelModule(tf.Module):
+    """Any Keras model's inference pass as `serving_default`, typed by its inputs.
+
+    A model built in a user's own code (a functional classifier of the
+    library's layers, say) has none of the library models' serving hooks;
+    its signature takes what its `inputs` declare (name, dtype, shape with
+    any batch) and returns `{"outputs": ...}` (one entry per output name of
+    a model with several), and, given `label_names`, `labels` `(B,)`: the
+    name of each row's largest output, the same for logits and
+    probabilities.
+
+    Args:
+        model: A built Keras model with declared inputs (functional or
+            sequential; a subclassed model once called).
+        label_names: One name per column of the (single) output, or None.
+        name: Module name.
+
+    Raises:
+        ValueError: If the model declares no inputs, or `label_names` does
+            not name every column of a single `(B, K)` output.
+    """
+
+    def __init__(self, model, label_names=None, name=None):
+        super().__init__(name=name)
+        try:
+            inputs = model.inputs
+        except (AttributeError, ValueError):
+            inputs = None
+        if not inputs:
+            raise ValueError(
+                f"model must declare its inputs (a functional model, or one built with "
+                f"keras.Input); received model={type(model).__name__} without them."
+            )
+        _keep_out_of_object_graph(self, "_model", model)
+        _keep_out_of_object_graph(self, "_structure", model.input)
+        self.model_weights = _tf_variables(model)
+        self.output_names = list(getattr(model, "output_names", None) or ["outputs"])
+        if label_names is not None:
+            columns = model.outputs[0].shape[-1] if len(model.outputs) == 1 else None
+            if columns is None or len(model.outputs[0].shape) != 2 or len(label_names) != columns:
+                raise ValueError(
+                    f"label_names must name each of the {columns} columns of a single "
+                    f"(B, K) output; received {len(label_names)} names for outputs "
+                    f"{[tuple(o.shape) for o in model.outputs]}."
+                )
+            self.label_names = tf.constant([str(n) for n in label_names], tf.string)
+        else:
+            self.label_names = None
+        specs = [
+            tf.TensorSpec(tensor.shape, tensor.dtype, name=tensor.name.split(":")[0])
+            for tensor in inputs
+        ]
+        self.serve = tf.function(self._serve, input_signature=specs, autograph=False)
+
+    def signatures(self):
+        return {"serving_default": self.serve.get_concrete_function()}
+
+    def _serve(self, *tensors):
+        outputs = self._model(keras.tree.pack_sequence_as(self._structure, list(tensors)),
+                              training=False)
+        flat = keras.tree.flatten(outputs)
+        if len(flat) == 1:
+            answer = {"outputs": flat[0]}
+        else:
+            answer = dict(zip(self.output_names, flat, strict=True))
+        if self.label_names is not None:
+            index = tf.argmax(flat[0], axis=-1, output_type=tf.int32)
+            answer["labels"] = tf.gather(self.label_names, index)
+        return answer
