@@ -65,6 +65,9 @@ def test_fit_predict_proba_and_score_with_string_labels(fitted):
     assert predicted.tolist() == fitted.classes_[probabilities.argmax(axis=1)].tolist()
     assert set(predicted) <= set(fitted.classes_)
     assert fitted.score(x, y) >= 0.9  # chance is 0.5
+    # The run scored only its training series: reported as that, not as held out.
+    assert "train_accuracy" in fitted.metrics_ and "train_loss" in fitted.metrics_
+    assert not [k for k in fitted.metrics_ if k.startswith(("valid_", "test_"))]
 
 
 def test_int_labels_two_dimensional_input_and_the_temporary_run():
@@ -234,3 +237,12 @@ def test_a_saved_run_exports_and_serves_the_same_labels(fitted, tmp_path):
     x, _ = easy_series(6, seed=4)
     lines = SavedModelPredictor(tmp_path / "exported").predict(list(x.transpose(0, 2, 1)))
     assert [line.split("\t")[0] for line in lines] == fitted.predict(x).tolist()
+
+
+def test_held_out_metrics_keep_the_splits_that_were_held_out():
+    from training.estimator import held_out_metrics
+
+    metrics = {"valid_accuracy": 1.0, "test_accuracy": 0.9, "test_loss": 0.3, "steps": 5}
+    assert held_out_metrics(metrics, {"test_files": [], "valid_files": []}) == {
+        "train_accuracy": 0.9, "train_loss": 0.3, "steps": 5}
+    assert held_out_metrics(metrics, {"test_files": ["t.ts"], "valid_files": ["v.ts"]}) == metrics

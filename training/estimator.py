@@ -66,6 +66,23 @@ PREDICT_BATCH = 256
 _LABEL_KINDS = "iubfUO"
 
 
+def held_out_metrics(metrics, config):
+    """`metrics` with each split's figures under the name of the series they
+    were scored on: a run without `test_files` (or `valid_files`) scores its
+    training series in their place, so its `test_*` entries become `train_*`
+    and its `valid_*` entries are left out."""
+    metrics = dict(metrics)
+    held_out = {"valid": config.get("valid_files"), "test": config.get("test_files")}
+    for split, files in held_out.items():
+        for key in [k for k in metrics if k.startswith(split + "_")]:
+            value = metrics.pop(key)
+            if not files and split == "test":
+                metrics["train_" + key[len(split) + 1:]] = value
+            elif files:
+                metrics[key] = value
+    return metrics
+
+
 def as_series(X, what="X"):
     """Series in aeon's layouts -> float32 `(N, T, C)`, NaN-padded at the end.
 
@@ -204,8 +221,10 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         n_channels_: The channels a series has.
         run_dir_: The run directory trained (or loaded).
         model_: Its Keras model (a `TransformerClassifier` or `ClassifierEnsemble`).
-        metrics_: Its `metrics.json` (`test_accuracy` is on the training
-            series: the run has no test file).
+        metrics_: Its `metrics.json`, under honest names: `fit`'s run has
+            no validation or test series, so what the run scored on its
+            training series is `train_accuracy` and `train_loss`, and no
+            `valid_*` or `test_*` entry is reported (`held_out_metrics`).
     """
 
     def __init__(self, preset="timeseries", seed=0, ensemble_size=None, epochs=None,
@@ -302,7 +321,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
             self.n_channels_ = int(run.model.num_features)
         self.run_dir_ = os.fspath(run_dir)
         self.model_ = run.model
-        self.metrics_ = run.metrics
+        self.metrics_ = held_out_metrics(run.metrics, run.config)
         self._serving = run.serving
 
     # --- pickling -------------------------------------------------------------
