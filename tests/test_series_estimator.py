@@ -246,3 +246,14 @@ def test_held_out_metrics_keep_the_splits_that_were_held_out():
     assert held_out_metrics(metrics, {"test_files": [], "valid_files": []}) == {
         "train_accuracy": 0.9, "train_loss": 0.3, "steps": 5}
     assert held_out_metrics(metrics, {"test_files": ["t.ts"], "valid_files": ["v.ts"]}) == metrics
+
+
+def test_export_takes_series_as_fit_and_predict_take_them(fitted, tmp_path):
+    import tensorflow as tf
+
+    x, _ = easy_series(6, seed=5)  # (N, C, T)
+    served = tf.saved_model.load(fitted.export(tmp_path / "export")).signatures["serving_default"]
+    assert served.structured_input_signature[1]["features"].shape.as_list() == [None, 1, None]
+    answer = served(features=tf.constant(x.astype("float32")))
+    assert [b.decode() for b in answer["labels"].numpy()] == fitted.predict(x).tolist()
+    np.testing.assert_allclose(answer["probabilities"].numpy(), fitted.predict_proba(x), atol=1e-5)

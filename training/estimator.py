@@ -39,6 +39,7 @@ import tarfile
 import tempfile
 import weakref
 
+import keras
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -53,6 +54,8 @@ from training.data.series_files import (
     write_ts,
 )
 from training.runs.run_dir import MARKER, finish_run, load_run
+from training.serving.saved_model import write_saved_model
+from training.serving.signatures import ClassifierModule
 from training.train import train
 
 #: The training series of a run the estimator trained, in its `data/` folder.
@@ -373,6 +376,25 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
             for start in range(0, len(series), PREDICT_BATCH)
         ]
         return np.concatenate(parts).astype(np.float64)
+
+    def export(self, path, overwrite=False):
+        """Writes a SavedModel whose `serving_default` takes `features` float32
+        `(B, n_channels, length)`, as `fit` and `predict` take series (NaN
+        where a value is missing or after a shorter series' end), and returns
+        `probabilities` `(B, n_classes)` in `classes_` order and `labels`
+        `(B,)` tf.string (each class as text); returns the export's path.
+
+        The rest is the command line's export of the same run
+        (`python -m export saved-model --run-dir`), whose signature takes
+        `(B, length, n_channels)`.
+        """
+        check_is_fitted(self)
+        names = [str(c) for c in self.classes_]
+        module = ClassifierModule(self.model_, None, names, channels_first=True)
+        config = {"task": "timeseries", "series_layout": "channels_first",
+                  "max_sequence_length": int(self.model_.max_sequence_length),
+                  "model": keras.saving.serialize_keras_object(self.model_)}
+        return write_saved_model(module, path, config, None, names, overwrite)
 
     def predict(self, X):
         """The most probable label of each series, from `classes_`."""

@@ -361,6 +361,8 @@ class ClassifierModule(tf.Module):
         tokenizer: Its tokenizer for token input, None otherwise.
         label_names: One name per class (two for a single sigmoid output);
             defaults to "0", "1", ...
+        channels_first: Series as `(B, F, T)` (aeon's and sktime's layout,
+            `training.estimator.SeriesClassifier`'s) rather than `(B, T, F)`.
         name: Module name.
 
     Raises:
@@ -368,9 +370,11 @@ class ClassifierModule(tf.Module):
             of label names does not match the classes.
     """
 
-    def __init__(self, model, tokenizer=None, label_names=None, name=None):
+    def __init__(self, model, tokenizer=None, label_names=None, channels_first=False,
+                 name=None):
         super().__init__(name=name)
         label_names = class_names(model, label_names)
+        self.channels_first = bool(channels_first)
         self.image_input = isinstance(model, VisionTransformer)
         self.token_input = not self.image_input and model.vocabulary_size is not None
         if self.token_input and tokenizer is None:
@@ -401,9 +405,9 @@ class ClassifierModule(tf.Module):
         else:
             self.max_sequence_length = int(model.max_sequence_length)
             self.num_features = model.num_features
-            spec = tf.TensorSpec(
-                [None, None, self.num_features], tf.float32, name="features"
-            )
+            shape = ([None, self.num_features, None] if self.channels_first
+                     else [None, None, self.num_features])
+            spec = tf.TensorSpec(shape, tf.float32, name="features")
             self.classify_features = tf.function(
                 self._classify_features, input_signature=[spec]
             )
@@ -442,6 +446,8 @@ class ClassifierModule(tf.Module):
         return self._outputs(fill_empty_rows(_at_least_one_column(ids)))
 
     def _classify_features(self, features):
+        if self.channels_first:  # (B, C, T), as aeon and sktime lay series out
+            features = tf.transpose(features, [0, 2, 1])
         return self._outputs(features[:, : self.max_sequence_length])
 
     def _classify_images(self, images):
