@@ -6,22 +6,12 @@ which one its model needs (`Serving.tflite_model`).
 """
 
 from training.data.atomic import atomic_write_bytes, check_target
-from training.serving.tflite_programs import check_quantize
+from training.serving.tflite_programs import (  # noqa: F401 (this module's API too)
+    REPLACEABLE,
+    check_quantize,
+    is_tflite_file,
+)
 from training.tasks.base import serving_of
-
-
-def is_tflite_file(path):
-    """Whether `path` is a TFLite flatbuffer (identifier `TFL3` at byte 4):
-    all `overwrite` replaces."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(8)[4:] == b"TFL3"
-    except OSError:
-        return False
-
-
-#: What `export_tflite(overwrite=True)` may replace (`training.data.atomic.check_target`).
-REPLACEABLE = ("a .tflite model (a TFLite flatbuffer)", is_tflite_file)
 
 
 def export_tflite(

@@ -60,6 +60,20 @@ from training.serving.signatures import (
 )
 
 
+def is_tflite_file(path):
+    """Whether `path` is a TFLite flatbuffer (identifier `TFL3` at byte 4):
+    all `overwrite` replaces."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)[4:] == b"TFL3"
+    except OSError:
+        return False
+
+
+#: What `export_tflite(overwrite=True)` may replace (`training.data.atomic.check_target`).
+REPLACEABLE = ("a .tflite model (a TFLite flatbuffer)", is_tflite_file)
+
+
 def check_quantize(quantize):
     if quantize not in QUANTIZATIONS:
         raise ValueError(
