@@ -77,6 +77,15 @@ def test_text_classifier_fits_answers_saves_and_exports(tmp_path, rng):
     assert list(again["labels"]) == list(answer["labels"])
     np.testing.assert_allclose(again["probabilities"], answer["probabilities"], atol=1e-6)
 
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_path=loaded.export_tflite(
+        tmp_path / "classifier.tflite", batch_size=4)).get_signature_runner()
+    ids = loaded.token_ids(tf.constant(queries)).numpy()
+    ids = np.pad(ids, [(0, 0), (0, loaded.sequence_length - ids.shape[1])])
+    np.testing.assert_allclose(runner(token_ids=ids)["probabilities"], answer["probabilities"],
+                               atol=1e-5)
+
     exported = loaded.export(tmp_path / "savedmodel")
     served = _fresh(exported, ["serving_default"], "sentences", queries)["serving_default"]
     assert served["labels"] == list(answer["labels"])
@@ -200,6 +209,15 @@ def test_a_users_functional_classifier_exports_through_the_same_call(tmp_path, r
     with pytest.raises(ValueError, match="label_names must name each of the 3 columns"):
         export_model(model, tmp_path / "bad", label_names=["a", "b"])
     assert not (tmp_path / "bad").exists()
+    # TFLite through the same kind of call: the batch fixed, the same outputs.
+    from ai_edge_litert.interpreter import Interpreter
+
+    from training.task_models import export_model_tflite
+
+    runner = Interpreter(model_path=export_model_tflite(model, tmp_path / "mine.tflite",
+                                                        batch_size=5)).get_signature_runner()
+    np.testing.assert_allclose(runner(features=series)["outputs"],
+                               model.predict(series, verbose=0), atol=1e-4)
 
 
 def test_a_loaded_runs_task_model_answers_as_the_run(tmp_path):

@@ -50,6 +50,7 @@ from training.optimization.losses import (
     SparseSmoothedCrossentropy,
 )
 from training.optimization.schedule import paper_optimizer
+from training.data.atomic import atomic_write_bytes, check_target
 from training.serving.saved_model import write_saved_model
 from training.serving.signatures import (
     BEAM_SIZE,
@@ -61,7 +62,13 @@ from training.serving.signatures import (
     dense_ids,
     fill_empty_rows,
 )
-from training.text.detokenize import detokenize_ids
+from training.serving.tflite_programs import REPLACEABLE as TFLITE_REPLACEABLE
+from training.serving.tflite_programs import (
+    check_quantize,
+    classifier_tflite,
+    keras_model_tflite,
+    translator_tflite,
+)
 from training.text.tokenizers import (
     END_ID,
     START_ID,
@@ -141,6 +148,14 @@ class TaskModel(keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+    def export_tflite(self, path, quantize="none", overwrite=False, sequence_length=None,
+                      batch_size=1):
+        """Writes the `.tflite` file `python -m export tflite` writes for this
+        model (token ids in: TFLite has no word-piece op; static shapes,
+        `quantize` "none", "float16" or "int8"), atomically; returns its path."""
+        return export_model_tflite(self.backbone, path, quantize, overwrite, sequence_length,
+                                   batch_size)
 
     def _keep_compile_settings(self, settings, defaults):
         """What `compile` was given, for `get_compile_config`: the settings of
@@ -490,4 +505,34 @@ def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=
     return write_saved_model(module, export_dir, config, None, label_names, overwrite)
 
 
-__all__ = ["TaskModel", "TextClassifier", "Translator", "export_model"]
+def export_model_tflite(model, path, quantize="none", overwrite=False, sequence_length=None,
+                        batch_size=1):
+    """Writes a `.tflite` file of any Keras model, atomically; returns its path.
+
+    A task model's backbone, a library `Transformer` (the static greedy
+    program) or classifier: the command line's program
+    (`training.serving.tflite_programs`); any other Keras model (a user's
+    functional model): its inference pass on its declared inputs, the batch
+    axis fixed at `batch_size`, with the outputs of `KerasModelModule`.
+    """
+    check_quantize(quantize)
+    check_target(path, overwrite, TFLITE_REPLACEABLE)
+    if isinstance(model, TaskModel):
+        model = model.backbone
+    if isinstance(model, Transformer):
+        data = translator_tflite(model, quantize, sequence_length, batch_size)
+    elif isinstance(model, CLASSIFIERS + (VisionTransformer,)):
+        data = classifier_tflite(model, quantize, sequence_length, batch_size)
+    elif isinstance(model, keras.Model):
+        module = KerasModelModule(model)
+        specs = [tf.TensorSpec([batch_size, *s.shape[1:]], s.dtype, name=s.name)
+                 for s in module.serve.input_signature]
+        if len(specs) != 1:
+            raise ValueError(f"model must have one input for TFLite; received {len(specs)}.")
+        data = keras_model_tflite(module.serve, specs[0], quantize)
+    else:
+        raise ValueError(f"model must be a Keras model; received {type(model).__name__}.")
+    return atomic_write_bytes(path, data, overwrite, TFLITE_REPLACEABLE)
+
+
+__all__ = ["TaskModel", "TextClassifier", "Translator", "export_model", "export_model_tflite"]

@@ -110,6 +110,12 @@ def _convert(function, input_spec, quantize):
     return converter.convert()
 
 
+def keras_model_tflite(function, input_spec, quantize="none"):
+    """The `.tflite` flatbuffer of `function` (a `tf.function` of one input
+    returning a dict, `KerasModelModule.serve`) at the static `input_spec`."""
+    return _convert(function, input_spec, quantize)
+
+
 def _classifier_input(model, sequence_length, batch_size):
     """(static input spec, ids/features/images -> model input) of a classifier."""
     if isinstance(model, VisionTransformer):
