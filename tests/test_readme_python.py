@@ -20,11 +20,13 @@ def readme_python_blocks():
     return BLOCK.findall((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
 
 
-def test_the_readme_task_model_block_fits_in_25_lines():
+def test_the_readme_task_model_blocks_fit_in_25_lines():
     blocks = readme_python_blocks()
     assert len(blocks) >= 2
     assert len(blocks[0].strip().splitlines()) <= 25  # a translator and a classifier
     assert "Translator" in blocks[0] and "TextClassifier" in blocks[0]
+    series = [b for b in blocks if "TimeSeriesClassifier" in b]
+    assert len(series) == 1 and len(series[0].strip().splitlines()) <= 25
 
 
 @pytest.mark.slow
@@ -35,4 +37,5 @@ def test_the_readme_python_blocks_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "exported" / "translator" / "1" / "saved_model.pb").is_file()
     assert (tmp_path / "exported" / "classifier" / "1" / "assets" / "labels.txt").is_file()
+    assert (tmp_path / "exported" / "series" / "1" / "saved_model.pb").is_file()
     assert "'labels': array(['pos']" in done.stdout, done.stdout[-2000:]

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from training.serving.signatures import ClassifierModule
-from training.task_models import TextClassifier, Translator
+from training.task_models import TextClassifier, TimeSeriesClassifier, Translator
 
 # A process that imports TensorFlow, tensorflow-text and nothing of this
 # project, loads a SavedModel and answers signatures (argv: dir, JSON list of
@@ -252,3 +252,28 @@ def test_a_loaded_runs_task_model_answers_as_the_run(tmp_path):
     model.save(tmp_path / "run.keras")
     assert keras.models.load_model(tmp_path / "run.keras").translate(queries) == run.predict(
         queries)
+
+
+def test_series_classifier_fits_answers_saves_and_exports(tmp_path, rng):
+    steps = np.linspace(0, 6 * np.pi, 40)
+    kinds = rng.integers(0, 2, 48)  # a wave or a flat line, with noise, two channels
+    X = np.stack([np.stack([np.sin(steps + rng.uniform(0, 6)) * k, np.cos(steps) * k])
+                  for k in kinds]) + 0.1 * rng.standard_normal((48, 2, 40))
+    X[0, :, 30:] = np.nan  # a shorter series
+    labels = np.where(kinds == 1, "wave", "flat")
+    model = TimeSeriesClassifier.from_series(X, labels, hidden_dim=16, num_layers=1,
+                                             num_heads=2, intermediate_dim=32,
+                                             num_kernel_features=168)
+    model.compile(learning_rate=3e-3)
+    model.fit(X, labels, epochs=15, verbose=0)
+    answer = model.predict(X)
+    assert (answer["labels"] == labels).mean() >= 0.9
+    model.save(tmp_path / "series.keras")
+    loaded = keras.models.load_model(tmp_path / "series.keras")
+    np.testing.assert_allclose(loaded.predict(X[:6])["probabilities"],
+                               answer["probabilities"][:6], atol=1e-5)
+    served = _fresh(loaded.export(tmp_path / "export"), ["serving_default"], "features",
+                    np.nan_to_num(X[1:6], nan=0.0).tolist())["serving_default"]
+    assert served["labels"] == list(model.predict(np.nan_to_num(X[1:6]))["labels"])
+    with pytest.raises(ValueError, match="X has 48 series but y has 3 labels"):
+        model.fit(X, labels[:3])

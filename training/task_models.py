@@ -31,11 +31,13 @@ backbone's: token ids in, logits out.
 """
 
 
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.layers import TokenStem
+from keras_transformer.layers import RandomKernelSeriesStem, TokenStem
 from keras_transformer.models import (
     ClassifierEnsemble,
     TextCNNClassifier,
@@ -134,10 +136,12 @@ class TaskModel(keras.Model):
         return self.backbone(inputs, training=training)
 
     def save_assets(self, dir_path):
-        self.tokenizer.save(dir_path)
+        if self.tokenizer is not None:
+            self.tokenizer.save(dir_path)
 
     def load_assets(self, dir_path):
-        self.tokenizer = load_tokenizer(dir_path)
+        if os.path.isfile(os.path.join(dir_path, "vocab.txt")):
+            self.tokenizer = load_tokenizer(dir_path)
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable,
@@ -182,8 +186,76 @@ class TaskModel(keras.Model):
                              "from_texts(...), or pass tokenizer=.")
 
 
+class _Classifier(TaskModel):
+    """What the classifier task models share: `compile`'s defaults, labels
+    by name or index, `fit` / `evaluate` / `predict` through `_dataset`."""
+
+    def compile(self, optimizer=None, loss=None, metrics=None, learning_rate=1e-3,
+                label_smoothing=0.1, **kwargs):
+        """Keras' `compile` with the pipeline's defaults: Adam at `learning_rate`,
+        label-smoothed cross-entropy on the logits, accuracy."""
+        self._keep_compile_settings(
+            {"learning_rate": learning_rate, "label_smoothing": label_smoothing},
+            optimizer is None and loss is None and metrics is None and not kwargs)
+        if optimizer is None:
+            optimizer = keras.optimizers.Adam(learning_rate)
+        if loss is None:
+            loss = (SparseSmoothedCrossentropy(label_smoothing, from_logits=True)
+                    if label_smoothing else
+                    keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        if metrics is None:
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def label_ids(self, labels, what="y"):
+        """Labels (names, or class indices) -> `(N,)` int32 class indices."""
+        values = np.asarray(labels)
+        if values.ndim != 1:
+            raise ValueError(f"{what} must be one label per example; received shape "
+                             f"{values.shape}.")
+        if values.dtype.kind in "iu":
+            bad = values[(values < 0) | (values >= len(self.label_names))]
+            if bad.size:
+                raise ValueError(f"{what} holds class index {int(bad[0])}, outside "
+                                 f"[0, {len(self.label_names)}).")
+            return values.astype("int32")
+        index = {name: i for i, name in enumerate(self.label_names)}
+        names = values.astype(str)
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            raise ValueError(f"{what} holds label {str(unknown[0])!r}, not one of the classes "
+                             f"{self.label_names}.")
+        return np.asarray([index[n] for n in names], "int32")
+
+    def fit(self, x=None, y=None, batch_size=None, validation_data=None, shuffle=True,
+            **kwargs):
+        """`keras.Model.fit` on raw inputs `x` and their labels `y` (names or
+        indices), or `x` a `tf.data.Dataset` of batched `(inputs, indices)`."""
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            validation_data = self._dataset(*validation_data, batch_size=batch_size)
+        # Shuffled here (Keras' `shuffle` does not apply to a dataset).
+        return super().fit(self._dataset(x, y, batch_size, shuffle), shuffle=False,
+                           validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        return super().evaluate(self._dataset(x, y, batch_size), **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """Raw inputs -> `{"labels": (N,) str, "probabilities": (N, K) float32}`,
+        what the export's `serving_default` answers."""
+        logits = super().predict(self._dataset(x, batch_size=batch_size), **kwargs)
+        probabilities = np.asarray(self.backbone.probabilities(logits), "float32")
+        if probabilities.shape[1] == 1:
+            index = (probabilities[:, 0] > 0.5).astype(int)
+        else:
+            index = probabilities.argmax(axis=1)
+        return {"labels": np.asarray(self.label_names, dtype=object)[index],
+                "probabilities": probabilities}
+
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TextClassifier(TaskModel):
+class TextClassifier(_Classifier):
     """Sentences -> class labels and probabilities.
 
     Args:
@@ -235,43 +307,6 @@ class TextClassifier(TaskModel):
     def num_classes(self):
         return self.backbone.num_classes
 
-    def compile(self, optimizer=None, loss=None, metrics=None, learning_rate=1e-3,
-                label_smoothing=0.1, **kwargs):
-        """Keras' `compile` with the pipeline's defaults: Adam at `learning_rate`,
-        label-smoothed cross-entropy on the logits, accuracy."""
-        self._keep_compile_settings(
-            {"learning_rate": learning_rate, "label_smoothing": label_smoothing},
-            optimizer is None and loss is None and metrics is None and not kwargs)
-        if optimizer is None:
-            optimizer = keras.optimizers.Adam(learning_rate)
-        if loss is None:
-            loss = (SparseSmoothedCrossentropy(label_smoothing, from_logits=True)
-                    if label_smoothing else
-                    keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        if metrics is None:
-            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    def label_ids(self, labels, what="y"):
-        """Labels (names, or class indices) -> `(N,)` int32 class indices."""
-        values = np.asarray(labels)
-        if values.ndim != 1:
-            raise ValueError(f"{what} must be one label per example; received shape "
-                             f"{values.shape}.")
-        if values.dtype.kind in "iu":
-            bad = values[(values < 0) | (values >= len(self.label_names))]
-            if bad.size:
-                raise ValueError(f"{what} holds class index {int(bad[0])}, outside "
-                                 f"[0, {len(self.label_names)}).")
-            return values.astype("int32")
-        index = {name: i for i, name in enumerate(self.label_names)}
-        names = values.astype(str)
-        unknown = [n for n in names if n not in index]
-        if unknown:
-            raise ValueError(f"{what} holds label {str(unknown[0])!r}, not one of the classes "
-                             f"{self.label_names}.")
-        return np.asarray([index[n] for n in names], "int32")
-
     def token_ids(self, sentences):
         """`(B,)` tf.string -> `(B, S)` int32 ids, as the export reads them."""
         self._check_tokenizer()
@@ -289,32 +324,6 @@ class TextClassifier(TaskModel):
         dataset = dataset.batch(batch_size or BATCH_SIZE)
         return dataset.map(lambda s, *rest: (self.token_ids(s), *rest))
 
-    def fit(self, x=None, y=None, batch_size=None, validation_data=None, shuffle=True,
-            **kwargs):
-        """`keras.Model.fit` on raw sentences: `x` a list (or array) of strings and
-        `y` their labels (names or indices), or `x` a `tf.data.Dataset` of
-        batched `(sentences, label indices)`."""
-        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
-            validation_data = self._dataset(*validation_data, batch_size=batch_size)
-        # Shuffled here (Keras' `shuffle` does not apply to a dataset).
-        return super().fit(self._dataset(x, y, batch_size, shuffle), shuffle=False,
-                           validation_data=validation_data, **kwargs)
-
-    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
-        return super().evaluate(self._dataset(x, y, batch_size), **kwargs)
-
-    def predict(self, x, batch_size=None, **kwargs):
-        """Sentences -> `{"labels": (N,) str, "probabilities": (N, K) float32}`,
-        what the export's `serving_default` answers."""
-        logits = super().predict(self._dataset(x, batch_size=batch_size), **kwargs)
-        probabilities = np.asarray(self.backbone.probabilities(logits), "float32")
-        if probabilities.shape[1] == 1:
-            index = (probabilities[:, 0] > 0.5).astype(int)
-        else:
-            index = probabilities.argmax(axis=1)
-        return {"labels": np.asarray(self.label_names, dtype=object)[index],
-                "probabilities": probabilities}
-
     def export(self, path, overwrite=False):
         """Writes the SavedModel `python -m export saved-model` writes for a
         text classifier: `serving_default` (`sentences` tf.string `(B,)` ->
@@ -329,6 +338,94 @@ class TextClassifier(TaskModel):
     def get_config(self):
         return {**super().get_config(), "label_names": list(self.label_names),
                 "sequence_length": self.sequence_length}
+
+
+def _series(X, what="X"):
+    """Series `(N, C, T)` (or `(N, T)`, one channel) -> float32 `(N, T, C)`;
+    NaN where a value is missing or after a shorter series' end."""
+    try:
+        array = np.asarray(X, np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an array of numbers (n_series, n_channels, length); "
+                         f"received {type(X).__name__} that does not convert.") from None
+    if array.ndim == 2:
+        array = array[:, None, :]
+    if array.ndim != 3 or 0 in array.shape:
+        raise ValueError(f"{what} must be a 3-D array (n_series, n_channels, length) or a "
+                         f"2-D array (n_series, length); received shape {array.shape}.")
+    if np.isinf(array).any():
+        raise ValueError(f"{what} holds an infinite value (NaN marks a missing one).")
+    return array.transpose(0, 2, 1)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TimeSeriesClassifier(_Classifier):
+    """Series `(N, n_channels, length)` -> class labels and probabilities.
+
+    The series task model, with the class names inside; series are laid
+    out as aeon and sktime take them, in `fit`, `predict` and the export
+    alike (`training.estimator.SeriesClassifier` is the scikit-learn
+    estimator of the command line's whole recipe).
+
+    Args:
+        backbone: A `TransformerClassifier` on a series stem.
+        label_names: One name per class ("0", "1", ... by default).
+    """
+
+    def __init__(self, backbone, label_names=None, **kwargs):
+        if not isinstance(backbone, TransformerClassifier) or backbone.vocabulary_size is not None:
+            raise ValueError("backbone must be a TransformerClassifier on a series stem; "
+                             f"received backbone={type(backbone).__name__}.")
+        super().__init__(backbone, None, **kwargs)
+        self.label_names = class_names(backbone, label_names)
+
+    @classmethod
+    def from_series(cls, X, labels, hidden_dim=64, num_layers=2, num_heads=4,
+                    intermediate_dim=128, dropout=0.1, num_windows=8,
+                    num_kernel_features=2016, seed=0):
+        """A classifier of the `timeseries` preset's model: MiniRocket's
+        features of `num_windows` windows as tokens (`RandomKernelSeriesStem`,
+        adapted to `X`) under `num_layers` encoder blocks; classes the sorted
+        distinct `labels`."""
+        series = _series(X)
+        label_names = [str(n) for n in np.unique(np.asarray(labels).astype(str))]
+        if len(label_names) < 2:
+            raise ValueError(f"labels must hold at least two classes to learn; received "
+                             f"only {label_names!r}.")
+        stem = RandomKernelSeriesStem(
+            series.shape[2], hidden_dim, max_sequence_length=series.shape[1],
+            standardize_series=True, series_level_features=True, series_length=series.shape[1],
+            num_windows=num_windows, num_kernel_features=num_kernel_features,
+            max_positions=2 * num_windows, seed=seed)
+        stem.adapt(tf.constant(series))
+        backbone = TransformerClassifier(stem, len(label_names), num_layers=num_layers,
+                                         num_heads=num_heads, intermediate_dim=intermediate_dim,
+                                         dropout=dropout)
+        return cls(backbone, label_names)
+
+    def _dataset(self, X, y=None, batch_size=None, shuffle=False):
+        if isinstance(X, tf.data.Dataset):
+            return X.map(lambda x, *rest: (tf.transpose(x, [0, 2, 1]), *rest))
+        columns = (_series(X),) if y is None else (_series(X), self.label_ids(y))
+        if y is not None and len(columns[0]) != len(columns[1]):
+            raise ValueError(f"X has {len(columns[0])} series but y has {len(columns[1])} "
+                             "labels; give one label a series.")
+        dataset = tf.data.Dataset.from_tensor_slices(columns)
+        if shuffle:
+            dataset = dataset.shuffle(len(columns[0]))
+        return dataset.batch(batch_size or BATCH_SIZE)
+
+    def export(self, path, overwrite=False):
+        """Writes a SavedModel whose `serving_default` takes `features` float32
+        `(B, n_channels, length)` and returns `labels` and `probabilities`."""
+        module = ClassifierModule(self.backbone, None, self.label_names, channels_first=True)
+        config = {"task": "timeseries", "series_layout": "channels_first",
+                  "max_sequence_length": int(self.backbone.max_sequence_length),
+                  "model": keras.saving.serialize_keras_object(self.backbone)}
+        return write_saved_model(module, path, config, None, self.label_names, overwrite)
+
+    def get_config(self):
+        return {**super().get_config(), "label_names": list(self.label_names)}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -535,4 +632,5 @@ def export_model_tflite(model, path, quantize="none", overwrite=False, sequence_
     return atomic_write_bytes(path, data, overwrite, TFLITE_REPLACEABLE)
 
 
-__all__ = ["TaskModel", "TextClassifier", "Translator", "export_model", "export_model_tflite"]
+__all__ = ["TaskModel", "TextClassifier", "TimeSeriesClassifier", "Translator", "export_model",
+           "export_model_tflite"]
