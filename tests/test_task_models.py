@@ -165,7 +165,12 @@ def test_a_runs_model_exports_as_the_command_line_exports_it(tmp_path):
     `export_saved_model` (what `python -m export saved-model` calls) writes,
     and `translate` answers what it serves (the classifier's module is
     compared in `test_text_classifier_export_is_the_command_lines_module`)."""
-    from tests.export_fixtures import SENTENCES, exported_translator, tiny_tokenizer, tiny_translator
+    from tests.export_fixtures import (
+        SENTENCES,
+        exported_translator,
+        tiny_tokenizer,
+        tiny_translator,
+    )
 
     model = Translator(tiny_translator(), tiny_tokenizer())
     ours = tf.saved_model.load(model.export(tmp_path / "translator"))

@@ -23,13 +23,17 @@ translator.fit((sources, targets), epochs=20)
 translator.translate(["ein hund"], beam_size=4)
 ```
 
-The backbones are the library's `keras.ops` models (`TransformerClassifier`,
-`TextCNNClassifier`, `Transformer`); the preprocessing is TensorFlow
-(`tensorflow-text` word pieces in `tf.data`), as KerasHub's preprocessors
-run in `tf.data` whatever the backend.  Each task model's `call` is its
-backbone's: token ids in, logits out.
-"""
+`TimeSeriesClassifier` is the series one (arrays `(N, n_channels, length)`
+in `fit`, `predict` and its export alike), and `export_model` /
+`export_model_tflite` export any Keras model, a user's own functional one
+included, without a task or a config.
 
+The backbones are the library's `keras.ops` models (`TransformerClassifier`,
+`TextCNNClassifier`, `ClassifierEnsemble`, `Transformer`); the preprocessing
+is TensorFlow (`tensorflow-text` word pieces in `tf.data`), as KerasHub's
+preprocessors run in `tf.data` whatever the backend.  Each task model's
+`call` is its backbone's: token ids (or series) in, logits out.
+"""
 
 import os
 
@@ -46,13 +50,13 @@ from keras_transformer.models import (
     VisionTransformer,
 )
 from keras_transformer.models.transformer_config import PAD_ID
+from training.data.atomic import atomic_write_bytes, check_target
 from training.optimization.losses import (
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
     SparseSmoothedCrossentropy,
 )
 from training.optimization.schedule import paper_optimizer
-from training.data.atomic import atomic_write_bytes, check_target
 from training.serving.saved_model import write_saved_model
 from training.serving.signatures import (
     BEAM_SIZE,

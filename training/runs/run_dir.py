@@ -52,8 +52,8 @@ import zipfile
 import keras
 
 import keras_transformer  # noqa: F401  (registers the serializable classes)
-from keras_transformer.models import Transformer
 import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
+from keras_transformer.models import Transformer
 from training.config import TrainingConfig
 from training.data.atomic import (
     atomic_write_json,
