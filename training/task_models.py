@@ -317,14 +317,14 @@ class TextClassifier(_Classifier):
         return fill_empty_rows(dense_ids(self.tokenizer.tokenize(sentences),
                                          self.sequence_length))
 
-    def _dataset(self, x, y=None, batch_size=None, shuffle=False, seed=None):
+    def _dataset(self, x, y=None, batch_size=None, shuffle=False):
         if isinstance(x, tf.data.Dataset):
             return x.map(lambda s, *rest: (self.token_ids(s), *rest))
         sentences = _sentences(x)
         columns = (sentences,) if y is None else (sentences, self.label_ids(y))
         dataset = tf.data.Dataset.from_tensor_slices(columns)
         if shuffle:
-            dataset = dataset.shuffle(len(sentences), seed=seed)
+            dataset = dataset.shuffle(len(sentences))
         dataset = dataset.batch(batch_size or BATCH_SIZE)
         return dataset.map(lambda s, *rest: (self.token_ids(s), *rest))
 
