@@ -48,8 +48,7 @@ from training.config import TrainingConfig, read_preset
 from training.data.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from training.data.readers import read_json
 from training.data.series_files import (
-    check_series_values,
-    pad_series,
+    as_series,
     ts_label,
     write_ts,
 )
@@ -84,76 +83,6 @@ def held_out_metrics(metrics, config):
             elif files:
                 metrics[key] = value
     return metrics
-
-
-def as_series(X, what="X"):
-    """Series in aeon's layouts -> float32 `(N, T, C)`, NaN-padded at the end.
-
-    Args:
-        X: A 3-D array `(N, C, T)`, a 2-D array `(N, T)` (one channel), or a
-            list of arrays `(C, T_i)` or `(T_i,)`.
-        what: The argument's name, for the messages.
-
-    Raises:
-        ValueError: In one line naming `what` (and the series): another
-            shape, values that are not numbers, no series or no step, channel
-            counts that differ, an infinite value, a series of NaN only.
-    """
-    layouts = (f"{what} must be a 3-D array (n_series, n_channels, length), a 2-D array "
-               "(n_series, length) or a list of (n_channels, length) arrays")
-    if isinstance(X, (list, tuple)):
-        if not X:
-            raise ValueError(f"{what} holds no series; received {what}={X!r}.")
-        rows = [_series_array(x, f"{what}[{i}]", layouts) for i, x in enumerate(X)]
-        for i, row in enumerate(rows):
-            if row.shape[1] != rows[0].shape[1]:
-                raise ValueError(
-                    f"{what}[{i}] has {row.shape[1]} channel(s) but {what}[0] has "
-                    f"{rows[0].shape[1]}; every series needs the same channels."
-                )
-        series = pad_series(rows)
-    else:
-        array = _numbers(X, what)
-        if array.ndim not in (2, 3):
-            raise ValueError(f"{layouts}; received {what} of shape {array.shape}.")
-        if array.ndim == 2:
-            array = array[:, None, :]
-        if 0 in array.shape:
-            raise ValueError(f"{layouts}, with at least one series, channel and step; "
-                             f"received {what} of shape {array.shape}.")
-        series = _float32(array, what).transpose(0, 2, 1)
-    # An infinite value, or one beyond float32's range; a series of NaN only.
-    check_series_values(series, lambda i: f"{what}[{i}]",
-                        infinite="an infinite value or one beyond float32's range")
-    return series
-
-
-def _numbers(x, what):
-    try:
-        return np.asarray(x, np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{what} must hold numbers (NaN where a value is missing); received "
-            f"{type(x).__name__} that does not convert to float"
-            + (" (arrays of unequal lengths go in a list)" if isinstance(x, np.ndarray) else "")
-            + "."
-        ) from None
-
-
-def _series_array(x, what, layouts):
-    """One series of a list, `(C, T)` or `(T,)`, as float32 `(T, C)`."""
-    array = _numbers(x, what)
-    if array.ndim == 1:
-        array = array[None]
-    if array.ndim != 2 or 0 in array.shape:
-        raise ValueError(f"{layouts}, each with at least one channel and step; received "
-                         f"{what} of shape {array.shape}.")
-    return _float32(array, what).T
-
-
-def _float32(array, what):
-    with np.errstate(over="ignore"):
-        return array.astype(np.float32)
 
 
 def as_labels(y, num_series):
