@@ -51,6 +51,7 @@ from keras_transformer.models import (
 )
 from keras_transformer.models.transformer_config import PAD_ID
 from training.data.atomic import atomic_write_bytes, check_target
+from training.data.series_files import as_series
 from training.optimization.losses import (
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
@@ -344,24 +345,6 @@ class TextClassifier(_Classifier):
                 "sequence_length": self.sequence_length}
 
 
-def _series(X, what="X"):
-    """Series `(N, C, T)` (or `(N, T)`, one channel) -> float32 `(N, T, C)`;
-    NaN where a value is missing or after a shorter series' end."""
-    try:
-        array = np.asarray(X, np.float32)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be an array of numbers (n_series, n_channels, length); "
-                         f"received {type(X).__name__} that does not convert.") from None
-    if array.ndim == 2:
-        array = array[:, None, :]
-    if array.ndim != 3 or 0 in array.shape:
-        raise ValueError(f"{what} must be a 3-D array (n_series, n_channels, length) or a "
-                         f"2-D array (n_series, length); received shape {array.shape}.")
-    if np.isinf(array).any():
-        raise ValueError(f"{what} holds an infinite value (NaN marks a missing one).")
-    return array.transpose(0, 2, 1)
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TimeSeriesClassifier(_Classifier):
     """Series `(N, n_channels, length)` -> class labels and probabilities.
@@ -391,7 +374,7 @@ class TimeSeriesClassifier(_Classifier):
         features of `num_windows` windows as tokens (`RandomKernelSeriesStem`,
         adapted to `X`) under `num_layers` encoder blocks; classes the sorted
         distinct `labels`."""
-        series = _series(X)
+        series = as_series(X)
         label_names = [str(n) for n in np.unique(np.asarray(labels).astype(str))]
         if len(label_names) < 2:
             raise ValueError(f"labels must hold at least two classes to learn; received "
@@ -410,7 +393,7 @@ class TimeSeriesClassifier(_Classifier):
     def _dataset(self, X, y=None, batch_size=None, shuffle=False):
         if isinstance(X, tf.data.Dataset):
             return X.map(lambda x, *rest: (tf.transpose(x, [0, 2, 1]), *rest))
-        columns = (_series(X),) if y is None else (_series(X), self.label_ids(y))
+        columns = (as_series(X),) if y is None else (as_series(X), self.label_ids(y))
         if y is not None and len(columns[0]) != len(columns[1]):
             raise ValueError(f"X has {len(columns[0])} series but y has {len(columns[1])} "
                              "labels; give one label a series.")
