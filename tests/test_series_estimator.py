@@ -8,6 +8,7 @@ estimator trains from.
 """
 
 import gc
+import json
 import os
 
 import numpy as np
@@ -21,6 +22,7 @@ from training.data.series_files import read_ts, write_ts
 from training.estimator import SeriesClassifier
 from training.runs.predict import SavedModelPredictor
 from training.runs.run_dir import finish_run, load_run
+from training.tasks import get_task
 
 SMALL = {"hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32, "num_layers": 1}
 PARAMS = dict(epochs=3, ensemble_size=1, model_overrides=SMALL)
@@ -89,7 +91,7 @@ def test_int_labels_two_dimensional_input_and_the_temporary_run():
     assert not os.path.exists(folder)
 
 
-def test_a_list_of_unequal_lengths_and_labels_a_ts_file_cannot_hold(fitted):
+def test_a_list_of_unequal_lengths_and_labels_with_spaces(fitted):
     x, y = easy_series(24, seed=2)
     series = [x[i, :, : 16 + i % 9] for i in range(24)]  # 16 to 24 steps
     series[3] = series[3][0]  # a 1-D array is one channel
@@ -98,7 +100,7 @@ def test_a_list_of_unequal_lengths_and_labels_a_ts_file_cannot_hold(fitted):
     labels = np.where(y == "wave", "right hand", "left hand")
     clf = SeriesClassifier(**PARAMS).fit(series, labels)
     assert clf.classes_.tolist() == ["left hand", "right hand"]
-    assert load_run(clf.run_dir_).label_names == ["0", "1"]  # the file's class ids
+    assert load_run(clf.run_dir_).label_names == ["left hand", "right hand"]
     assert set(clf.predict(series)) <= {"left hand", "right hand"}
     # A series answers the same alone as NaN-padded in a 3-D array.
     shorter = [x[i, :, :16] for i in range(4)]
@@ -177,10 +179,7 @@ def test_save_and_load_give_the_same_answers(fitted, tmp_path):
     assert loaded.get_params() == fitted.get_params()
     np.testing.assert_array_equal(loaded.predict_proba(x), fitted.predict_proba(x))
     run = load_run(path)  # an ordinary run directory, its manifest whole
-    assert run.config["train_files"] == [os.path.join(path, "data", "TRAIN.ts")]
-    series, _, _, _ = read_ts(run.config["train_files"][0])
-    train_x, _ = easy_series(24, seed=0)
-    np.testing.assert_array_equal(series, train_x.astype(np.float32).transpose(0, 2, 1))
+    assert run.config["dataset"] == "arrays" and run.config["train_files"] == []
     with pytest.raises(FileExistsError, match=r"path=.*saved.* exists"):
         fitted.save(path)
 
@@ -197,7 +196,7 @@ def test_a_pickled_fitted_estimator_answers_the_same_from_its_own_copy(fitted):
     assert clone.run_dir_ != fitted.run_dir_ and clone.get_params() == fitted.get_params()
     assert clone.classes_.tolist() == fitted.classes_.tolist()
     np.testing.assert_array_equal(clone.predict_proba(x), fitted.predict_proba(x))
-    assert load_run(clone.run_dir_).config["train_files"][0].startswith(clone.run_dir_)
+    assert load_run(clone.run_dir_).config["dataset"] == "arrays"
     folder = os.path.dirname(clone.run_dir_)
     del clone
     gc.collect()
@@ -205,6 +204,32 @@ def test_a_pickled_fitted_estimator_answers_the_same_from_its_own_copy(fitted):
     np.testing.assert_array_equal(copy.deepcopy(fitted).predict(x), fitted.predict(x))
     unfitted = pickle.loads(pickle.dumps(SeriesClassifier(seed=3)))
     assert unfitted.get_params()["seed"] == 3 and not hasattr(unfitted, "classes_")
+
+
+def test_fit_trains_on_the_arrays_writing_no_series_and_no_record_twice(fitted):
+    """The run holds no file of the series, and its config and record are the
+    ones the run wrote (the manifest `finish_run` wrote last still matches)."""
+    files = [os.path.relpath(os.path.join(d, f), fitted.run_dir_)
+             for d, _, names in os.walk(fitted.run_dir_) for f in names]
+    assert os.path.join("data", "estimator.json") in files
+    assert not [f for f in files if f.endswith((".ts", ".txt", ".csv", ".tsv"))]
+    run = load_run(fitted.run_dir_)  # checks each recorded file against the manifest
+    assert run.config["dataset"] == "arrays"
+    with open(os.path.join(fitted.run_dir_, "run.json"), encoding="utf-8") as f:
+        assert not json.load(f).get("inputs")  # no file to fingerprint
+
+
+def test_a_run_on_arrays_is_not_read_from_files_again(fitted):
+    from training.config import TrainingConfig
+    from training.train import train
+
+    config = TrainingConfig.from_dict(load_run(fitted.run_dir_).config)
+    with pytest.raises(ValueError, match=r"dataset='arrays': the run trained on series given "
+                                         r"in memory"):
+        get_task("timeseries").load_data(config, fitted.run_dir_)
+    with pytest.raises(ValueError, match=r"train\(data=...\) goes with dataset='arrays'"):
+        train(config, fitted.run_dir_ + "-again")
+    assert not os.path.exists(fitted.run_dir_ + "-again")
 
 
 def test_load_reads_a_run_of_the_command_line(fitted, tmp_path):
@@ -222,7 +247,7 @@ def test_fit_trains_in_the_run_dir_given_and_refuses_a_folder_that_is_no_run(tmp
     x, y = easy_series(24, seed=0)
     clf = SeriesClassifier(**PARAMS, run_dir=tmp_path / "run").fit(x, y)
     assert clf.run_dir_ == str(tmp_path / "run")
-    assert load_run(clf.run_dir_).config["train_files"] == [str(tmp_path / "run" / "data" / "TRAIN.ts")]
+    assert load_run(clf.run_dir_).config["dataset"] == "arrays"
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=r"notes.* is not a run directory"):

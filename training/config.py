@@ -38,7 +38,9 @@ SELECTIONS = ("auto", "last", "average_last", "average_best")
 # (steps_per_epoch and patch_stride are null by default: one pass, no overlap).
 DATA_FIELDS = ("batch_size", "epochs", "steps_per_epoch", "max_sequence_length",
                "patch_length", "patch_stride", "ensemble_size")
-DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files")
+# "arrays": series a program gives `training.train.train(data=...)` in memory
+# (`SeriesClassifier.fit`); no file holds them, so the command line cannot read them.
+DATASETS = ("toy", "multi30k", "sst2", "trec", "ucr", "files", "arrays")
 # The fields that name data files, and the datasets that read them ("ucr":
 # the series task's files, or its generated series without them).
 FILE_FIELDS = ("train_files", "valid_files", "test_files")

@@ -9,12 +9,14 @@ clf.predict(X_test)             # labels drawn from clf.classes_
 ```
 
 `fit` runs the same recipe as `python -m training train --config
-timeseries` given a training file: it writes the series as a `.ts` file
-(`training.data.series_files.write_ts`, values exact), builds the config
-from the preset and trains a run directory with `training.train.train`.
-The run is an ordinary one: `save(path)` copies it, and `python -m export
-saved-model --run-dir PATH --output DIR` exports it; `load(path)` gives a
-fitted estimator back.  Parameters follow scikit-learn's convention (stored
+timeseries` given a training file, on the arrays themselves: it builds the
+config from the preset (`dataset="arrays"`) and trains a run directory
+with `training.train.train(config, run_dir, data=...)`; no file of the
+series is written and the run's records are written once, by the run.
+`export(path)` writes a SavedModel taking series as `fit` does;
+`save(path)` copies the run, which `python -m export saved-model --run-dir
+PATH --output DIR` exports as any run; `load(path)` gives a fitted
+estimator back.  Parameters follow scikit-learn's convention (stored
 as given, read by `fit`), so `get_params`, `set_params`, `sklearn.base.clone`
 and `GridSearchCV` work.
 
@@ -32,7 +34,6 @@ follow it.
 """
 
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -45,20 +46,15 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from training.config import TrainingConfig, read_preset
-from training.data.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from training.data.atomic import atomic_directory
+from training.data.common import TaskData
 from training.data.readers import read_json
-from training.data.series_files import (
-    as_series,
-    ts_label,
-    write_ts,
-)
-from training.runs.run_dir import MARKER, finish_run, load_run
+from training.data.series_files import as_series
+from training.runs.run_dir import load_run
 from training.serving.saved_model import write_saved_model
 from training.serving.signatures import ClassifierModule
 from training.train import train
 
-#: The training series of a run the estimator trained, in its `data/` folder.
-DATA_FILE = "TRAIN.ts"
 #: What `load` restores that the run's own files do not hold: the labels with
 #: their type, the channels and the parameters; in the run's `data/` folder.
 ESTIMATOR_FILE = "estimator.json"
@@ -115,11 +111,11 @@ def as_labels(y, num_series):
     return classes, ids.reshape(-1)
 
 
-def _file_label_names(classes):
-    """The labels the `.ts` file and the run's `labels.json` hold: the classes
-    as text where each is a word the file can hold, else "0", "1", ..."""
+def _label_texts(classes):
+    """The labels the run's `labels.json` (and its export's `labels` output)
+    hold: the classes as text where no two read the same, else "0", "1", ..."""
     names = [str(c) for c in classes]
-    if all(map(ts_label, names)) and len(set(names)) == len(names):
+    if len(set(names)) == len(names):
         return names
     return [str(i) for i in range(len(classes))]
 
@@ -174,9 +170,9 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
 
     # --- training -----------------------------------------------------------
 
-    def training_config(self, train_file):
+    def training_config(self):
         """The `TrainingConfig` `fit` trains: the preset, the parameters given
-        (not None) over it, and `train_file` as its only training file."""
+        (not None) over it, and the series given in memory (`dataset="arrays"`)."""
         values = read_preset(self.preset)
         values.pop("_comment", None)
         if values.get("task") != "timeseries":
@@ -191,7 +187,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
                                  f"model_overrides={self.model_overrides!r}.")
             given["model_overrides"] = {**values.get("model_overrides", {}),
                                         **self.model_overrides}
-        values.update(given, train_files=[os.fspath(train_file)], test_files=[])
+        values.update(given, dataset="arrays", train_files=[], valid_files=[], test_files=[])
         sources = {name: f"SeriesClassifier({name}=...)" for name in given}
         return TrainingConfig.from_dict(values, sources=sources)
 
@@ -204,30 +200,29 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         """
         series = as_series(X)
         classes, ids = as_labels(y, len(series))
+        config = self.training_config()
+        record = {"classes": classes.tolist(), "classes_dtype": classes.dtype.str,
+                  "n_channels": int(series.shape[2]), "params": _json_params(self)}
+        split = (series, ids.astype("int32"))
+        # Every series trains and is scored: no split is held out (`held_out_metrics`).
+        data = TaskData(split, split, split, label_names=_label_texts(classes),
+                        records={ESTIMATOR_FILE: record})
         self._release()
-        work = tempfile.mkdtemp(prefix="series-classifier-")
-        try:
-            staged = os.path.join(work, DATA_FILE)
-            write_ts(staged, series, ids, _file_label_names(classes))
-            config = self.training_config(staged)
-            run_dir = (os.path.join(work, "run") if self.run_dir is None
-                       else os.path.abspath(os.fspath(self.run_dir)))
-            train(config, run_dir, overwrite=True, verbose="auto" if self.verbose else 0)
-            data = os.path.join(run_dir, "data")
-            os.makedirs(data, exist_ok=True)
-            shutil.move(staged, os.path.join(data, DATA_FILE))
-            atomic_write_json(os.path.join(data, ESTIMATOR_FILE), {
-                "classes": classes.tolist(), "classes_dtype": classes.dtype.str,
-                "n_channels": int(series.shape[2]), "params": _json_params(self),
-            })
-            _record_data_path(run_dir, run_dir)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-        if self.run_dir is None:  # the run lives in `work`, removed with the estimator
-            self._finalizer = weakref.finalize(self, shutil.rmtree, work, True)
+        work = None
+        if self.run_dir is None:  # a folder the estimator owns, removed with it
+            work = tempfile.mkdtemp(prefix="series-classifier-")
+            run_dir = os.path.join(work, "run")
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            run_dir = os.path.abspath(os.fspath(self.run_dir))
+        try:
+            train(config, run_dir, overwrite=True, verbose="auto" if self.verbose else 0,
+                  data=data)
+        except BaseException:
+            if work is not None:
+                shutil.rmtree(work, ignore_errors=True)
+            raise
+        if work is not None:
+            self._finalizer = weakref.finalize(self, shutil.rmtree, work, True)
         self._use_run(run_dir)
         return self
 
@@ -285,10 +280,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
             # The "data" filter (Python 3.10.12+) refuses links and paths out of `work`.
             tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        run_dir = os.path.join(work, "run")
-        if os.path.isfile(os.path.join(run_dir, "data", ESTIMATOR_FILE)):
-            _record_data_path(run_dir, run_dir)
-        self._use_run(run_dir)
+        self._use_run(os.path.join(work, "run"))
 
     # --- answers -------------------------------------------------------------
 
@@ -350,8 +342,6 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         with atomic_directory(path) as staged:
             shutil.copytree(self.run_dir_, staged, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns(".lock"))
-            if os.path.isfile(os.path.join(staged, "data", ESTIMATOR_FILE)):
-                _record_data_path(staged, path)
         return path
 
     @classmethod
@@ -377,21 +367,3 @@ def _json_params(estimator):
         params["run_dir"] = os.fspath(params["run_dir"])
     return params
 
-
-def _record_data_path(folder, run_dir):
-    """Names `run_dir/data/TRAIN.ts` as the training file in `folder`'s
-    `config.json` and `run.json` (the run trained from a copy written
-    elsewhere, the same bytes), then records its files again (`finish_run`)."""
-    data_file = os.path.join(run_dir, "data", DATA_FILE)
-    config_path = os.path.join(folder, "config.json")
-    config = read_json(config_path, f"run_dir={run_dir!r}")
-    trained_from = config["train_files"][0]
-    config["train_files"] = [data_file]
-    atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True))
-    marker_path = os.path.join(folder, MARKER)
-    marker = read_json(marker_path, f"run_dir={run_dir!r}")
-    for record in marker.get("inputs", ()):
-        if record.get("file") == trained_from:
-            record["file"] = data_file
-    atomic_write_json(marker_path, marker)
-    finish_run(folder)

@@ -128,8 +128,13 @@ class _Session:
     callbacks: list
 
 
-def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
+def train(config, run_dir, overwrite=False, verbose="auto", started_at=None, data=None):
     """Train, evaluate and save; returns the metrics written to metrics.json.
+
+    `data`: the splits in memory (a `training.data.common.TaskData`) for a
+    config of `dataset="arrays"`, in place of the files the task reads
+    (`SeriesClassifier.fit` gives its arrays so; nothing is written of
+    them).  A resumed run needs the same `data` again.
 
     `started_at` (a `time.time()` value) is when the command started; a
     time budget counts from it (default: now).  `verbose="auto"` prints
@@ -139,6 +144,12 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
     """
     watch = budget.Stopwatch(started_at)
     config.validate()  # the task's own checks too (Task.check_config)
+    if (data is None) != (config.dataset != "arrays"):
+        raise ValueError(
+            "train(data=...) goes with dataset='arrays', and dataset='arrays' needs data=; "
+            f"received dataset={config.dataset!r} and data="
+            f"{'None' if data is None else type(data).__name__}."
+        )
     check_data_files(config)  # whole and readable, before the run directory is touched
     strategy = build_strategy(config.strategy)  # fails early if it cannot be built
     run_dir, role = os.fspath(run_dir), worker_role()
@@ -146,7 +157,7 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None):
           _process_settings(config), _data_errors_explained(),
           _logs_dir(run_dir, role) as logs_dir):
         task = get_task(config.task)
-        config, data = _load_data(config, task, run_dir, role, watch, verbose)
+        config, data = _load_data(config, task, run_dir, role, watch, verbose, data)
         _share_stream(data, strategy, run_dir, role, verbose)
         with watch.phase("data"):
             datasets = _datasets(config, task, data)
@@ -287,12 +298,12 @@ def _run_record(session, run, planner, chosen, parts, history):
     }
 
 
-def _load_data(config, task, run_dir, role, watch, verbose):
-    """(config with its data-sized fields filled, the task's data); the
-    vocabulary and class names learnt (written by the chief), or reloaded
-    on resume."""
+def _load_data(config, task, run_dir, role, watch, verbose, given=None):
+    """(config with its data-sized fields filled, the task's data: `given`,
+    or read by the task); the vocabulary and class names learnt (written
+    by the chief), or reloaded on resume."""
     with watch.phase("data"):
-        data = task.load_data(config, run_dir)
+        data = task.load_data(config, run_dir) if given is None else given
     task.check_data(config, data)
     # Sizes the config leaves null come from the data (`Task.data_fields`);
     # the same data give the same values on resume.

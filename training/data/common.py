@@ -31,6 +31,10 @@ class TaskData:
     label_names: list | None = None
     #: One line on how the training split was read (streamed or into memory), or None.
     summary: str | None = None
+    #: JSON files `{name: value}` the run keeps in its `data/` folder: what
+    #: the giver of in-memory data needs back from the run (the labels'
+    #: own values and type, `training.estimator`), written by `Task.prepare`.
+    records: dict | None = None
 
 
 def resolve_data_dir(data_dir):

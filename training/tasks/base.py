@@ -159,6 +159,10 @@ class Task:
         self.label_names = None if data.label_names is None else list(data.label_names)
         if write and self.label_names is not None:
             atomic_write_json(os.path.join(run_dir, "labels.json"), self.label_names, None)
+        if write and data.records:
+            os.makedirs(os.path.join(run_dir, "data"), exist_ok=True)
+            for name, value in data.records.items():
+                atomic_write_json(os.path.join(run_dir, "data", name), value, None)
 
     def load_assets(self, run_dir):
         """Reads what `prepare` wrote: `vocab/` and `labels.json`, when present."""

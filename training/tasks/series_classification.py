@@ -99,7 +99,7 @@ class SeriesClassification(Task):
     """
 
     name = "timeseries"
-    datasets = ("ucr", "files")
+    datasets = ("ucr", "files", "arrays")
     #: Paths each files field holds where it is given (`TrainingConfig.validate`):
     #: one file each (series of several files are not joined).
     file_counts = {"train_files": (1,), "valid_files": (1,), "test_files": (1,)}
@@ -155,6 +155,13 @@ class SeriesClassification(Task):
         self.fixed_stems = FixedStems.for_data(config, data)
 
     def load_data(self, config, run_dir):
+        if config.dataset == "arrays":
+            raise ValueError(
+                "dataset='arrays': the run trained on series given in memory "
+                "(training.train.train(data=...), as SeriesClassifier.fit does); no file holds "
+                "them to read again. Give the series as train_files (and test_files) with "
+                "dataset='ucr' to train or evaluate from files."
+            )
         if config.train_files:
             x, y, names = read_series_file(config.train_files[0], "train file")
             test_path = (config.test_files or config.train_files)[0]
