@@ -40,7 +40,6 @@ import tarfile
 import tempfile
 import weakref
 
-import keras
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -51,8 +50,7 @@ from training.data.common import TaskData
 from training.data.readers import read_json
 from training.data.series_files import as_series
 from training.runs.run_dir import load_run
-from training.serving.saved_model import write_saved_model
-from training.serving.signatures import ClassifierModule
+from training.task_models import TimeSeriesClassifier
 from training.train import train
 
 #: What `load` restores that the run's own files do not hold: the labels with
@@ -149,6 +147,9 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         n_channels_: The channels a series has.
         run_dir_: The run directory trained (or loaded).
         model_: Its Keras model (a `TransformerClassifier` or `ClassifierEnsemble`).
+        task_model_: That model as a `training.task_models.TimeSeriesClassifier`
+            (labels `classes_` as text), which `predict_proba` and `export`
+            run: to `fit` further, `save` as one `.keras` file or serve.
         metrics_: Its `metrics.json`, under honest names: `fit`'s run has
             no validation or test series, so what the run scored on its
             training series is `train_accuracy` and `train_loss`, and no
@@ -248,8 +249,8 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
             self.n_channels_ = int(run.model.num_features)
         self.run_dir_ = os.fspath(run_dir)
         self.model_ = run.model
+        self._task_model = TimeSeriesClassifier(run.model, [str(c) for c in self.classes_])
         self.metrics_ = held_out_metrics(run.metrics, run.config)
-        self._serving = run.serving
 
     # --- pickling -------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         memory): `pickle`, `joblib.dump` and `copy.deepcopy` carry the
         trained run, not a path to a folder another process may not have."""
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_finalizer", "model_", "_serving", "run_dir_")}
+                 if k not in ("_finalizer", "model_", "_task_model", "run_dir_")}
         if hasattr(self, "run_dir_"):
             buffer = io.BytesIO()
             with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -291,12 +292,9 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         if series.shape[2] != self.n_channels_:
             raise ValueError(f"X has {series.shape[2]} channel(s) but the classifier was "
                              f"fitted on {self.n_channels_} (n_channels_={self.n_channels_}).")
-        parts = [
-            self._serving.outputs(self.model_, list(series[start:start + PREDICT_BATCH]))
-            ["probabilities"]
-            for start in range(0, len(series), PREDICT_BATCH)
-        ]
-        return np.concatenate(parts).astype(np.float64)
+        answer = self._task_model.predict(series.transpose(0, 2, 1), batch_size=PREDICT_BATCH,
+                                          verbose=0)
+        return answer["probabilities"].astype(np.float64)
 
     def export(self, path, overwrite=False):
         """Writes a SavedModel whose `serving_default` takes `features` float32
@@ -310,12 +308,12 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         `(B, length, n_channels)`.
         """
         check_is_fitted(self)
-        names = [str(c) for c in self.classes_]
-        module = ClassifierModule(self.model_, None, names, channels_first=True)
-        config = {"task": "timeseries", "series_layout": "channels_first",
-                  "max_sequence_length": int(self.model_.max_sequence_length),
-                  "model": keras.saving.serialize_keras_object(self.model_)}
-        return write_saved_model(module, path, config, None, names, overwrite)
+        return self.task_model_.export(path, overwrite=overwrite)
+
+    @property
+    def task_model_(self):
+        check_is_fitted(self)
+        return self._task_model
 
     def predict(self, X):
         """The most probable label of each series, from `classes_`."""

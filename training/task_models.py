@@ -355,14 +355,18 @@ class TimeSeriesClassifier(_Classifier):
     estimator of the command line's whole recipe).
 
     Args:
-        backbone: A `TransformerClassifier` on a series stem.
+        backbone: A `TransformerClassifier` on a series stem, or a
+            `ClassifierEnsemble` of them (a `timeseries` run's model).
         label_names: One name per class ("0", "1", ... by default).
     """
 
     def __init__(self, backbone, label_names=None, **kwargs):
-        if not isinstance(backbone, TransformerClassifier) or backbone.vocabulary_size is not None:
-            raise ValueError("backbone must be a TransformerClassifier on a series stem; "
-                             f"received backbone={type(backbone).__name__}.")
+        if (not isinstance(backbone, (TransformerClassifier, ClassifierEnsemble))
+                or backbone.vocabulary_size is not None):
+            raise ValueError("backbone must be a TransformerClassifier (or ClassifierEnsemble) "
+                             f"on a series stem; received backbone={type(backbone).__name__}"
+                             + (" on token ids" if getattr(backbone, "vocabulary_size", None)
+                                else "") + ".")
         super().__init__(backbone, None, **kwargs)
         self.label_names = class_names(backbone, label_names)
 

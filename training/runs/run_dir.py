@@ -70,7 +70,7 @@ from training.data.manifest import (
 from training.data.readers import read_json
 from training.pipeline.prepared import file_fingerprint
 from training.runs.predict import predict_run
-from training.task_models import TextClassifier, Translator
+from training.task_models import TextClassifier, TimeSeriesClassifier, Translator
 from training.tasks import get_task
 from training.text.tokenizers import check_vocabulary_size
 
@@ -587,14 +587,16 @@ class Run:
     @property
     def task_model(self):
         """The run's model with its preprocessing: a `training.task_models`
-        `Translator` or `TextClassifier` (its model, tokenizer and class
-        names), which `translate`s or `predict`s raw strings, saves one
-        `.keras` file and `export`s; None for series and images, whose
+        `Translator`, `TextClassifier` or `TimeSeriesClassifier` (its model,
+        tokenizer and class names), which `translate`s or `predict`s raw
+        input, saves one `.keras` file and `export`s; None for images, whose
         model answers arrays itself."""
         if isinstance(self.model, Transformer):
             return Translator(self.model, self.tokenizer)
         if self.tokenizer is not None:
             return TextClassifier(self.model, self.tokenizer, self.label_names)
+        if self.config.get("task") == "timeseries":
+            return TimeSeriesClassifier(self.model, self.label_names)
         return None
 
     def predict(self, inputs, beam_size=1, batch_size=64):
