@@ -62,8 +62,13 @@ def test_text_classifier_fits_answers_saves_and_exports(tmp_path, rng):
                                       hidden_dim=16, num_layers=1, num_heads=2,
                                       intermediate_dim=32)
     model.compile(learning_rate=3e-3)
-    history = model.fit(texts, labels, epochs=12, verbose=0)
+    # Validation on raw sentences too (Keras' fit hands them to evaluate prepared).
+    history = model.fit(texts, labels, epochs=12, verbose=0,
+                        validation_data=(texts[:32], labels[:32]))
     assert history.history["accuracy"][-1] > history.history["accuracy"][0]
+    assert len(history.history["val_accuracy"]) == 12
+    assert history.history["val_accuracy"][-1] == pytest.approx(
+        model.evaluate(texts[:32], labels[:32], verbose=0, return_dict=True)["accuracy"])
     queries = ["a good film", "an awful plot", "", "unseen words 😀"]
     answer = model.predict(queries)
     assert answer["probabilities"].shape == (4, 2)
@@ -140,7 +145,9 @@ def test_translator_fits_translates_saves_and_exports(tmp_path, rng):
                                   num_layers=1, num_heads=2, intermediate_dim=32,
                                   max_sequence_length=12)
     model.compile(warmup_steps=40)
-    history = model.fit((sources, targets), epochs=6, verbose=0)
+    history = model.fit((sources, targets), epochs=6, verbose=0,
+                        validation_data=(sources[:8], targets[:8]))
+    assert len(history.history["val_loss"]) == 6
     # Accuracy of real tokens only: padding is most of these batches' columns.
     assert history.history["accuracy"][-1] > history.history["accuracy"][0]
     queries = sources[:3] + ["", "unseen 中文 words"]
@@ -270,7 +277,8 @@ def test_series_classifier_fits_answers_saves_and_exports(tmp_path, rng):
                                              num_heads=2, intermediate_dim=32,
                                              num_kernel_features=168)
     model.compile(learning_rate=3e-3)
-    model.fit(X, labels, epochs=15, verbose=0)
+    history = model.fit(X, labels, epochs=15, verbose=0, validation_data=(X[:16], labels[:16]))
+    assert len(history.history["val_accuracy"]) == 15
     answer = model.predict(X)
     assert (answer["labels"] == labels).mean() >= 0.9
     model.save(tmp_path / "series.keras")

@@ -36,6 +36,7 @@ preprocessors run in `tf.data` whatever the backend.  Each task model's
 """
 
 import os
+import weakref
 
 import keras
 import numpy as np
@@ -114,11 +115,14 @@ def _sentences(tensor_or_list):
 
 
 class _Untracked:
-    """A holder TensorFlow's object graph does not follow (a task model's
-    cached serving modules are not part of what it saves)."""
+    """A holder TensorFlow's object graph does not follow: what a task model
+    keeps that is not part of what it saves (a translator's cached serving
+    modules; the validation datasets `fit` prepared, which Keras' `fit`
+    hands back to `evaluate` as they are)."""
 
     def __init__(self):
         self.modules = {}
+        self.prepared = weakref.WeakSet()
 
 
 class TaskModel(keras.Model):
@@ -134,6 +138,7 @@ class TaskModel(keras.Model):
         super().__init__(**kwargs)
         self.backbone = backbone
         self.tokenizer = tokenizer
+        self._untracked = _Untracked()
         if backbone.built:  # a trained backbone: nothing left to build, so it saves as it is
             self.built = True
 
@@ -184,6 +189,15 @@ class TaskModel(keras.Model):
                         else keras.saving.deserialize_keras_object(config)))
         if self.built:  # its variables exist before the saved ones are read into them
             self.optimizer.build(self.trainable_variables)
+
+    def _prepared(self, dataset):
+        """`dataset` (model inputs), remembered as prepared: `evaluate` takes
+        it as it is when Keras' `fit` validates on it."""
+        self._untracked.prepared.add(dataset)
+        return dataset
+
+    def _is_prepared(self, x):
+        return isinstance(x, tf.data.Dataset) and x in self._untracked.prepared
 
     def _check_tokenizer(self):
         if self.tokenizer is None:
@@ -236,14 +250,18 @@ class _Classifier(TaskModel):
             **kwargs):
         """`keras.Model.fit` on raw inputs `x` and their labels `y` (names or
         indices), or `x` a `tf.data.Dataset` of batched `(inputs, indices)`."""
-        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
-            validation_data = self._dataset(*validation_data, batch_size=batch_size)
+        if validation_data is not None:
+            validation_data = self._prepared(
+                self._dataset(validation_data) if isinstance(validation_data, tf.data.Dataset)
+                else self._dataset(*validation_data, batch_size=batch_size))
         # Shuffled here (Keras' `shuffle` does not apply to a dataset).
         return super().fit(self._dataset(x, y, batch_size, shuffle), shuffle=False,
                            validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
-        return super().evaluate(self._dataset(x, y, batch_size), **kwargs)
+        if not self._is_prepared(x):
+            x = self._dataset(x, y, batch_size)
+        return super().evaluate(x, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """Raw inputs -> `{"labels": (N,) str, "probabilities": (N, K) float32}`,
@@ -436,7 +454,6 @@ class Translator(TaskModel):
             raise ValueError("backbone must be a Transformer; received "
                              f"backbone={type(backbone).__name__}.")
         super().__init__(backbone, tokenizer, **kwargs)
-        self._modules = _Untracked()
 
     @classmethod
     def from_texts(cls, sources, targets, vocabulary_size=4000, preset="tiny",
@@ -505,18 +522,20 @@ class Translator(TaskModel):
         """`keras.Model.fit` on pairs of sentences: `x = (sources, targets)`, or
         a `tf.data.Dataset` of batched `(sources, targets)` strings."""
         if validation_data is not None:
-            validation_data = self._dataset(validation_data, batch_size)
+            validation_data = self._prepared(self._dataset(validation_data, batch_size))
         return super().fit(self._dataset(x, batch_size, shuffle), shuffle=False,
                            validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, batch_size=None, **kwargs):
-        return super().evaluate(self._dataset(x, batch_size), **kwargs)
+        if not self._is_prepared(x):
+            x = self._dataset(x, batch_size)
+        return super().evaluate(x, **kwargs)
 
     def _serving(self, beam_size, length_penalty):
         """The export's module for (beam size, length penalty), kept: its
         signatures are what `translate` runs, traced once each."""
         key = (int(beam_size), float(length_penalty))
-        modules = self._modules.modules
+        modules = self._untracked.modules
         if key not in modules:
             modules[key] = TranslatorModule(self.backbone, self.tokenizer,
                                             beam_size=max(key[0], 2), length_penalty=key[1])
