@@ -122,6 +122,13 @@ def test_bad_input_is_refused_with_the_argument_named(rng):
         TextClassifier.from_texts(texts, ["pos"] * 8)
     with pytest.raises(ValueError, match="texts must be a list of strings, not one string"):
         TextClassifier.from_texts("one sentence", labels)
+    with pytest.raises(ValueError, match="texts and labels must pair up one to one; received "
+                                         "8 texts and 7 labels"):
+        TextClassifier.from_texts(texts, labels[:7])
+    with pytest.raises(ValueError, match="sources and targets must pair up one to one"):
+        Translator.from_texts(["a b", "c"], ["a b"])
+    with pytest.raises(ValueError, match="X and labels must pair up one to one"):
+        TimeSeriesClassifier.from_series(np.zeros((4, 1, 16)), ["a", "b", "a"])
     model = TextClassifier.from_texts(texts, labels, vocabulary_size=60, hidden_dim=8,
                                       num_layers=1, num_heads=2, intermediate_dim=16)
     with pytest.raises(ValueError, match="y holds label 'maybe', not one of the classes"):

@@ -110,6 +110,14 @@ def _strings(x, what):
     return array
 
 
+def _check_pairs(inputs, answers, inputs_name, answers_name):
+    """Refuses, before any vocabulary or model is built, inputs and answers
+    that do not pair up one to one."""
+    if len(inputs) != len(answers):
+        raise ValueError(f"{inputs_name} and {answers_name} must pair up one to one; received "
+                         f"{len(inputs)} {inputs_name} and {len(answers)} {answers_name}.")
+
+
 def _sentences(tensor_or_list):
     return tf.constant(_strings(tensor_or_list, "x").tolist(), tf.string)
 
@@ -313,6 +321,7 @@ class TextClassifier(_Classifier):
         `TransformerClassifier` of the given sizes (`backbone_options`: its
         other arguments, e.g. `pooling`)."""
         texts = _strings(texts, "texts")
+        _check_pairs(texts, labels, "texts", "labels")
         label_names = [str(n) for n in np.unique(np.asarray(labels).astype(str))]
         if len(label_names) < 2:
             raise ValueError(f"labels must hold at least two classes to learn; received "
@@ -397,6 +406,7 @@ class TimeSeriesClassifier(_Classifier):
         adapted to `X`) under `num_layers` encoder blocks; classes the sorted
         distinct `labels`."""
         series = as_series(X)
+        _check_pairs(series, labels, "X", "labels")
         label_names = [str(n) for n in np.unique(np.asarray(labels).astype(str))]
         if len(label_names) < 2:
             raise ValueError(f"labels must hold at least two classes to learn; received "
@@ -461,6 +471,7 @@ class Translator(TaskModel):
         """A translator whose joint vocabulary is learned from `sources` and
         `targets`, on `Transformer.from_preset(preset, **preset_overrides)`."""
         sources, targets = _strings(sources, "sources"), _strings(targets, "targets")
+        _check_pairs(sources, targets, "sources", "targets")
         vocabulary = learn_wordpiece_vocabulary(
             sources.tolist() + targets.tolist(), vocabulary_size, lower_case=lower_case)
         backbone = Transformer.from_preset(preset, vocabulary_size=len(vocabulary),
