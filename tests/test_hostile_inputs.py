@@ -231,6 +231,9 @@ CASES = [
      "one-class.tsv"),
     ("series-file-of-one-class",
      [*SERIES, *_settings("train_files={user}/series-one-class.txt")], "series-one-class.txt"),
+    # Series given in memory are Python's (SeriesClassifier.fit); no file holds them.
+    ("series-dataset-arrays-on-the-command-line", [*SERIES, *_settings("dataset=arrays")],
+     "dataset='arrays'"),
     ("parallel-files-without-pairs",
      [*TINY, *_settings(*FAST, "dataset=files",
                         'train_files=["{user}/empty.src", "{user}/empty.tgt"]')], "empty.src"),
