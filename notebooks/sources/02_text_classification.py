@@ -15,8 +15,12 @@
 # `../shared/data/sentence-classification/stsa.binary.*`; when those files are
 # absent the notebook generates a small sentiment task instead and says so.
 #
-# Training goes through the package's pipeline, `training.train(config,
-# run_dir)`, with the `sst2` preset: the vocabulary is learned from the
+# First from Python, as a Keras user holds it: `TextClassifier`, a
+# backbone of the library's layers with its word-piece tokenizer and labels
+# inside, `fit` on the raw sentences, `predict` on raw sentences, saved as
+# one `.keras` file and exported as a SavedModel that answers sentences.
+# Then the batch version of the same thing, the package's pipeline,
+# `training.train(config, run_dir)`, with the `sst2` preset: the vocabulary is learned from the
 # training split (whole words seen at least twice, `min_word_count=2`;
 # every other word is one `[UNK]`, whose embedding so learns from the
 # training text's rare words; every word also carries the hashed ids of its
@@ -117,7 +121,58 @@ for text, label in list(zip(texts, labels, strict=True))[:4]:
     print(f"  {label}  {text}")
 
 # %% [markdown]
-# ## Configuration and training
+# ## From Python: the task model
+#
+# `TextClassifier.from_texts` learns a word-piece vocabulary and the classes
+# from the training sentences and builds a `TransformerClassifier` (token
+# embeddings, positions, encoder blocks, pooling, a head); `compile()` gives
+# the pipeline's defaults (Adam, label-smoothed cross-entropy, accuracy);
+# `fit` takes the sentences and their labels as they are, and `predict`
+# answers raw sentences with labels and probabilities, as KerasHub's task
+# models do.
+
+# %%
+from training.task_models import TextClassifier
+
+train_names = [label_names[i] for i in labels]  # the labels as the file writes them
+dev_texts, dev_ids, _ = readers.read_classification(files["dev"], label_names=label_names)
+classifier = TextClassifier.from_texts(
+    texts, train_names, vocabulary_size=8000, sequence_length=96,
+    hidden_dim=32 if SIZE == "small" else 64, num_layers=1, num_heads=4,
+    intermediate_dim=64 if SIZE == "small" else 128,
+)  # fmt: skip
+classifier.compile()
+history = classifier.fit(texts, train_names, epochs=2 if SIZE == "small" else 4,
+                         validation_data=(dev_texts, [label_names[i] for i in dev_ids]),
+                         verbose=2)  # fmt: skip
+reviews = ["a gripping , beautiful film .", "the plot is not funny at all , and dull ."]
+answer = classifier.predict(reviews, verbose=0)
+for review, label, p in zip(reviews, answer["labels"], answer["probabilities"], strict=True):
+    print(f"  {label} (p={p.max():.2f})  {review}")
+
+# %% [markdown]
+# The `.keras` file holds the vocabulary and the labels beside the weights,
+# so `keras.models.load_model` gives back a model that answers sentences;
+# `export` writes the SavedModel `python -m export saved-model` writes for a
+# run (`serving_default`: sentences in, `labels` and `probabilities` out),
+# which TensorFlow and tensorflow-text alone load and serve.
+
+# %%
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+
+tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
+classifier.save(WORK / "classifier.keras")
+reloaded = keras.models.load_model(WORK / "classifier.keras")
+reloaded_answer = reloaded.predict(reviews, verbose=0)
+classifier_export = classifier.export(WORK / "models" / "classifier" / "1")
+serving_default = tf.saved_model.load(classifier_export).signatures["serving_default"]
+served = serving_default(sentences=tf.constant(reviews))
+served_labels = [label.decode() for label in served["labels"].numpy()]
+print(f"reloaded .keras: {list(reloaded_answer['labels'])}; SavedModel: {served_labels}")
+
+# %% [markdown]
+# ## The batch version: configuration and training
 #
 # The `sst2` preset, pointed at these files (`dataset="files"`). In small mode
 # the model shrinks to width 32 with one encoder block and trains for two
@@ -301,7 +356,9 @@ plt.show()
 # on SST-2, which small Transformers trained from scratch reach in a few
 # epochs, about 20 on the easier generated task), the model's `predict`
 # agrees with the pipeline's own test evaluation, replaying the blocks gives
-# the model's output, and attention rows are distributions.
+# the model's output, and attention rows are distributions. The task model
+# answers raw sentences the same in memory, from its `.keras` file and from
+# its SavedModel.
 
 # %%
 margin = 0.10 if USE_SST2 else 0.20
@@ -312,6 +369,10 @@ assert abs(accuracy - metrics["test_accuracy"]) < 1e-3, (
 )
 assert matrix.sum() == len(test_labels) and np.trace(matrix) == np.sum(predicted == test_labels)
 assert replay_error < 1e-4, replay_error
+# The task model answers the same from its .keras file and from its SavedModel.
+assert list(reloaded_answer["labels"]) == list(answer["labels"]) == served_labels
+assert np.allclose(reloaded_answer["probabilities"], answer["probabilities"], atol=1e-6)
+assert np.allclose(served["probabilities"].numpy(), answer["probabilities"], atol=1e-5)
 assert all(np.allclose(w.sum(-1), 1, atol=1e-5) for w in attention)
 print("All checks passed.")
 if not os.environ.get("KT_NOTEBOOK_KEEP"):  # KT_NOTEBOOK_KEEP=1 keeps the runs

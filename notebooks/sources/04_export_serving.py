@@ -1,8 +1,11 @@
 # ruff: noqa: E402  (a notebook: imports follow the set-up cell)
 # %% [markdown]
-# # 4. Export and serving: SavedModel and TFLite
+# # 4. Export and serving: SavedModel, TFLite and an HTTP endpoint
 #
-# A trained translator leaves Python and Keras behind in two forms:
+# A trained translator is a Keras model with its tokenizer inside, a task
+# model (`training.task_models.Translator`): it `translate`s raw sentences,
+# saves as one `.keras` file with its vocabulary, and `export`s itself. It
+# leaves Python and Keras behind in two forms:
 #
 # - a **SavedModel** whose signatures take and return raw strings (the
 #   word-piece tokenizer and the cached greedy and beam-search loops are
@@ -12,7 +15,9 @@
 #   with int8 weights.
 #
 # Only the inference module is exported, never the optimizer or the training
-# graph. Each form is checked against the Keras model it came from.
+# graph. Each form is checked against the Keras model it came from, and the
+# SavedModel is put behind the package's server (`python -m export serve`,
+# TensorFlow Serving's REST API) and asked over HTTP.
 #
 # `KT_NOTEBOOK_SIZE=small` (default, CI) trains a one-layer translator on
 # 2,000 generated number-word pairs; `full` a two-layer one on 8,000.
@@ -32,9 +37,7 @@ import numpy as np
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
-from export.saved_model import export_saved_model
 from export.saved_model_cli import run_saved_model_cli
-from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import verify_saved_model
 from training.config import load_config
@@ -49,9 +52,11 @@ tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
 # %% [markdown]
 # ## A trained translator
 #
-# The toy English -> German number-words task of notebook 3, trained with
-# `train(config, run_dir)`; `load_run` gives back the model, tokenizer and
-# config.
+# The toy English -> German number-words task of notebook 3, trained here by
+# the pipeline, `train(config, run_dir)` (what `python -m training train`
+# runs); `load_run(...).task_model` gives back its model as the task model a
+# Keras user holds after `Translator.from_texts(...)` and `fit`
+# (README, "From Python"): the same class, the same export.
 
 # %%
 n_train = 2000 if SIZE == "small" else 8000
@@ -76,23 +81,45 @@ RUN = WORK / "run"
 metrics = train(config, RUN, verbose=0)
 run = load_run(RUN)
 model, tokenizer = run.model, run.tokenizer
-print(f"test BLEU (greedy) {metrics['test_bleu_greedy']:.1f}; parameters {model.count_params():,}")
+translator = run.task_model  # the Transformer with its tokenizer: a training.task_models.Translator
+print(f"test BLEU (greedy) {metrics['test_bleu_greedy']:.1f}; parameters {model.count_params():,}; "
+      f"{type(translator).__name__} of a {type(translator.backbone).__name__}")  # fmt: skip
 sentences, references = readers.read_parallel(*paths["test"])
 sentences = sentences[:8]
+python_greedy = translator.translate(sentences)
+python_beam = translator.translate(sentences, beam_size=4)
+for source, greedy, beamed in list(zip(sentences, python_greedy, python_beam, strict=True))[:3]:
+    print(f"{source}\n   greedy: {greedy}\n   beam:   {beamed}")
+
+# %% [markdown]
+# One `.keras` file holds the weights and the vocabulary;
+# `keras.models.load_model` gives back a translator that answers the same.
+
+# %%
+import keras
+
+translator.save(WORK / "translator.keras")
+reloaded = keras.models.load_model(WORK / "translator.keras")
+reloaded_greedy = reloaded.translate(sentences)
+print(f"{os.path.getsize(WORK / 'translator.keras'):,} B; reloaded translates the same: "
+      f"{reloaded_greedy == python_greedy}")  # fmt: skip
 
 # %% [markdown]
 # ## SavedModel: strings in, strings out
 #
-# `export_saved_model` writes the inference `tf.Module` with three
-# signatures, `serving_default` (sentences -> greedy translations),
-# `translate_beam` (sentences -> beam-search translations and scores) and
-# `translate_ids` (token ids -> token ids), and puts the vocabulary and the
-# run's config in `assets/`. The directory `translator/1` is the layout
-# TensorFlow Serving expects: a model name, then a version number.
+# `translator.export` writes the inference `tf.Module`; its signatures
+# include `serving_default` (sentences -> greedy translations),
+# `translate_beam` (sentences -> beam-search translations and scores),
+# `translate_ids` (token ids -> token ids) and the XLA programs of both
+# searches; the vocabulary and the model's config go in `assets/`. The
+# directory `translator/1` is the layout TensorFlow Serving expects: a model
+# name, then a version number. The command line's batch version,
+# `python -m export saved-model --run-dir RUN`, writes the same signatures
+# from the run (`export_saved_model`, with the run's whole config).
 
 # %%
 EXPORT = WORK / "models" / "translator" / "1"
-export_saved_model(model, run.config, EXPORT, run.task)  # the run's Task: tokenizer included
+translator.export(EXPORT)
 for path in sorted(EXPORT.rglob("*")):
     if path.is_file():
         print(f"{path.stat().st_size:>10,} B  {path.relative_to(EXPORT)}")
@@ -174,26 +201,46 @@ report = verify_saved_model(EXPORT, model, run.task, use_saved_model_cli=False)
 print(json.dumps(report, indent=1))
 
 # %% [markdown]
-# ## TensorFlow Serving (REST)
+# ## Serving over HTTP (TensorFlow Serving's REST API)
 #
-# Not run here (it needs a model server), but this is all it takes. The
-# server must know the tokenizer's tensorflow-text ops; the official builds
-# link tensorflow-text, so use a release matching TensorFlow 2.21 (a server
-# that answers "Op type not registered" needs a build with them linked in).
+# The package's server (`python -m export serve --model_name translator
+# --model_base_path models/translator`, the `serve` extra) loads the
+# newest version under the base path, warms every signature up and answers
+# TensorFlow Serving's REST API, batching concurrent requests. Here it
+# serves from a thread on a free loopback port, and one request goes to it
+# over HTTP, as `curl -d @request.json
+# http://localhost:8501/v1/models/translator:predict` would send it:
+
+# %%
+import urllib.request
+
+from export.server.config import ModelSource, ServerOptions
+from export.server.main import start_server
+
+request = {"signature_name": "serving_default", "instances": sentences[:2]}
+# warmup=False: one request here; a server left running warms every signature up first.
+options = ServerOptions((ModelSource("translator", str(EXPORT.parent)),), port=0,
+                        poll_seconds=-1, warmup=False)  # fmt: skip
+with start_server(options) as server:
+    post = urllib.request.Request(f"{server.url}/v1/models/translator:predict",
+                                  data=json.dumps(request).encode(),
+                                  headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(post, timeout=60) as reply:
+        http_response = json.load(reply)
+print("request.json:", json.dumps(request, ensure_ascii=False))
+print("response:    ", json.dumps(http_response, ensure_ascii=False))
+http_greedy = [p if isinstance(p, str) else p["translations"] for p in http_response["predictions"]]
+
+# %% [markdown]
+# TensorFlow Serving itself serves the same folder; it must know the
+# tokenizer's tensorflow-text ops, which the official builds link (use a
+# release matching TensorFlow 2.21; one that answers "Op type not
+# registered" needs a build with them linked in):
 #
 # ```
 # docker run -p 8501:8501 -v "$PWD/models/translator:/models/translator" \
 #     -e MODEL_NAME=translator tensorflow/serving
-# curl -d @request.json http://localhost:8501/v1/models/translator:predict
 # ```
-#
-# The request body, and the response the server returns (computed here from
-# the loaded SavedModel, since it runs the same signature):
-
-# %%
-request = {"signature_name": "serving_default", "instances": sentences[:2]}
-print("request.json:", json.dumps(request, ensure_ascii=False))
-print("response:    ", json.dumps({"predictions": saved_greedy[:2]}, ensure_ascii=False))
 
 # %% [markdown]
 # ## TFLite / LiteRT
@@ -210,9 +257,8 @@ print("response:    ", json.dumps({"predictions": saved_greedy[:2]}, ensure_asci
 source_length = 24
 tflite_paths = {}
 for quantize in ("none", "int8"):
-    tflite_paths[quantize] = export_tflite(
-        model, WORK / f"translator-{quantize}.tflite", run.task, quantize=quantize,
-        sequence_length=source_length,
+    tflite_paths[quantize] = translator.export_tflite(
+        WORK / f"translator-{quantize}.tflite", quantize=quantize, sequence_length=source_length
     )
 sizes = {q: os.path.getsize(p) for q, p in tflite_paths.items()}
 weights_bytes = sum(np.asarray(w).nbytes for w in model.weights)
@@ -262,6 +308,9 @@ for quantize, result in agreement.items():
 
 # %%
 assert saved_greedy == keras_greedy  # the SavedModel translates exactly as Keras does
+assert python_greedy == keras_greedy == reloaded_greedy  # the task model, and from its .keras
+assert python_beam == [t.decode() for t in beam["translations"].numpy()]  # beam 4, both sides
+assert http_greedy == saved_greedy[:2]  # over HTTP from the server, the same translations
 assert report["ok"], report  # ... also in a fresh process that cannot import this project
 assert [t.decode() for t in cli_output["translations"]] == keras_greedy[:3]  # saved_model_cli
 assert {"config.json", "vocab.txt"} <= set(report["assets"])

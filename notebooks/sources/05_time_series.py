@@ -327,8 +327,9 @@ for row in stored_rows:
 # `training.estimator.SeriesClassifier`, a scikit-learn estimator (so
 # `clone` and `GridSearchCV` take it). `X` is aeon's layout
 # `(n_series, n_channels, length)` (2-D for one channel, or a list of arrays
-# of unequal lengths); `fit` writes the series as a `.ts` file and trains
-# the `timeseries` preset on it, as the command line does. In small size
+# of unequal lengths); `fit` trains the `timeseries` preset on the arrays
+# themselves (`train(config, run_dir, data=...)`, no file written), the
+# recipe the command line runs on files. In small size
 # one member trains instead of the recipe's (up to five), to keep the
 # notebook short; `full` runs the recipe as it is.
 
@@ -343,6 +344,30 @@ print(f"classes {clf.classes_.tolist()}; first test answers {clf.predict(X_test[
 print(f"SeriesClassifier test accuracy {estimator_accuracy:.3f} "
       f"({clf.metrics_['from_data'].get('ensemble_size', 1)} member(s)); "
       f"the preset from files {preset_accuracy:.3f}")  # fmt: skip
+
+# %% [markdown]
+# Its model is a Keras model: `clf.task_model_` is the series task model
+# (`training.task_models.TimeSeriesClassifier`, the labels inside), which
+# answers arrays `(n_series, n_channels, length)` with labels and
+# probabilities, saves as one `.keras` file and exports a SavedModel whose
+# `serving_default` takes the series in that same layout (`clf.export` is
+# the same call). The SavedModel, loaded back by TensorFlow alone, answers
+# as the estimator does.
+
+# %%
+import tensorflow as tf
+
+tf.get_logger().setLevel("ERROR")  # no "Assets written to ..." INFO lines
+series_model = clf.task_model_
+series_model.save(WORK / "series.keras")
+reloaded_series = keras.models.load_model(WORK / "series.keras")
+series_export = clf.export(WORK / "models" / "series" / "1")
+serving_default = tf.saved_model.load(series_export).signatures["serving_default"]
+served = serving_default(features=tf.constant(X_test[:8], tf.float32))
+served_labels = [label.decode() for label in served["labels"].numpy()]
+estimator_labels = [str(label) for label in clf.predict(X_test[:8])]
+print(f"{type(series_model).__name__} of a {type(series_model.backbone).__name__}; "
+      f"SavedModel labels {served_labels[:5]}, the estimator's {estimator_labels[:5]}")  # fmt: skip
 
 # %%
 bars_of = {"preset": (preset_accuracy, preset_seconds, "tab:blue")}
@@ -380,8 +405,10 @@ plt.show()
 # `timeseries` preset, given only the paths, beats 1-NN and
 # chance on its set, and lands within 5 points of MiniRocket where
 # MiniRocket's figure is known. `SeriesClassifier`, the same recipe from the arrays, beats
-# 1-NN and chance too, its probabilities sum to 1 over `classes_`, and in
-# full size (the recipe's members) it lands within 5 points of the preset.
+# 1-NN and chance too, its probabilities sum to 1 over `classes_`, in
+# full size (the recipe's members) it lands within 5 points of the preset,
+# and its task model answers the same from its `.keras` file and its
+# SavedModel.
 
 # %%
 chance = np.bincount(y_test).max() / len(y_test)
@@ -401,6 +428,10 @@ assert estimator_accuracy >= dev_chance + 0.20, (estimator_accuracy, dev_chance)
 assert estimator_accuracy > dev_nearest, (estimator_accuracy, dev_nearest)
 assert np.allclose(clf.predict_proba(X_test[:5]).sum(axis=1), 1, atol=1e-5)
 assert set(clf.predict(X_test)) <= set(clf.classes_)
+# The task model answers as the estimator, from its .keras file and from its SavedModel.
+assert served_labels == estimator_labels
+assert list(reloaded_series.predict(X_test[:8], verbose=0)["labels"]) == estimator_labels
+assert np.allclose(served["probabilities"].numpy(), clf.predict_proba(X_test[:8]), atol=1e-5)
 if SIZE == "full":
     assert abs(estimator_accuracy - preset_accuracy) <= 0.05, (estimator_accuracy, preset_accuracy)
 print("All checks passed.")
