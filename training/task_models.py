@@ -544,12 +544,13 @@ class Translator(TaskModel):
 
     def _serving(self, beam_size, length_penalty):
         """The export's module for (beam size, length penalty), kept: its
-        signatures are what `translate` runs, traced once each."""
-        key = (int(beam_size), float(length_penalty))
+        signatures are what `translate` runs, traced once each.  Greedy
+        search has no length penalty: one module answers every greedy call."""
+        key = (1, LENGTH_PENALTY) if beam_size == 1 else (int(beam_size), float(length_penalty))
         modules = self._untracked.modules
         if key not in modules:
-            modules[key] = TranslatorModule(self.backbone, self.tokenizer,
-                                            beam_size=max(key[0], 2), length_penalty=key[1])
+            modules[key] = TranslatorModule(self.backbone, self.tokenizer, beam_size=key[0],
+                                            length_penalty=key[1])
         return modules[key]
 
     def translate(self, sentences, beam_size=1, length_penalty=LENGTH_PENALTY,
