@@ -131,11 +131,7 @@ class _Session:
 def train(config, run_dir, overwrite=False, verbose="auto", started_at=None, data=None):
     """Train, evaluate and save; returns the metrics written to metrics.json.
 
-    `data`: the splits in memory (a `training.data.common.TaskData`) for a
-    config of `dataset="arrays"`, in place of the files the task reads
-    (`SeriesClassifier.fit` gives its arrays so; nothing is written of
-    them).  A resumed run needs the same `data` again.
-
+    `data`: the splits in memory for `dataset="arrays"` (`_check_given_data`).
     `started_at` (a `time.time()` value) is when the command started; a
     time budget counts from it (default: now).  `verbose="auto"` prints
     `training.monitor.progress.RunProgress`: a bar redrawn in place in a terminal,
@@ -144,12 +140,7 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None, dat
     """
     watch = budget.Stopwatch(started_at)
     config.validate()  # the task's own checks too (Task.check_config)
-    if (data is None) != (config.dataset != "arrays"):
-        raise ValueError(
-            "train(data=...) goes with dataset='arrays', and dataset='arrays' needs data=; "
-            f"received dataset={config.dataset!r} and data="
-            f"{'None' if data is None else type(data).__name__}."
-        )
+    _check_given_data(config, data)
     check_data_files(config)  # whole and readable, before the run directory is touched
     strategy = build_strategy(config.strategy)  # fails early if it cannot be built
     run_dir, role = os.fspath(run_dir), worker_role()
@@ -175,6 +166,17 @@ def train(config, run_dir, overwrite=False, verbose="auto", started_at=None, dat
         if role.is_chief:
             _save(session, run, metrics, watch)
         return metrics
+
+
+def _check_given_data(config, data):
+    """Data in memory goes with `dataset="arrays"` and only with it (nothing
+    of it is written, so a resumed run needs the same `data` again)."""
+    if (data is None) != (config.dataset != "arrays"):
+        raise ValueError(
+            "train(data=...) goes with dataset='arrays', and dataset='arrays' needs data=; "
+            f"received dataset={config.dataset!r} and data="
+            f"{'None' if data is None else type(data).__name__}."
+        )
 
 
 @contextlib.contextmanager

@@ -53,7 +53,7 @@ import keras
 
 import keras_transformer  # noqa: F401  (registers the serializable classes)
 import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
-from keras_transformer.models import Transformer
+from keras_transformer.models import Transformer, VisionTransformer
 from training.config import TrainingConfig
 from training.data.atomic import (
     atomic_write_json,
@@ -595,7 +595,7 @@ class Run:
             return Translator(self.model, self.tokenizer)
         if self.tokenizer is not None:
             return TextClassifier(self.model, self.tokenizer, self.label_names)
-        if self.config.get("task") == "timeseries":
+        if not isinstance(self.model, VisionTransformer):  # a classifier of series
             return TimeSeriesClassifier(self.model, self.label_names)
         return None
 
