@@ -224,7 +224,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
             raise
         if work is not None:
             self._finalizer = weakref.finalize(self, shutil.rmtree, work, True)
-        self._use_run(run_dir)
+        self.answer_from_run(run_dir)
         return self
 
     def _release(self):
@@ -234,7 +234,10 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
             finalizer()
             self._finalizer = None
 
-    def _use_run(self, run_dir):
+    def answer_from_run(self, run_dir):
+        """Answers from the finished `timeseries` run in `run_dir` (what `fit`
+        trained, a copy `__setstate__` unpacked, or `load`'s): its model,
+        labels and metrics become the fitted attributes."""
         run = load_run(run_dir)
         if run.config.get("task") != "timeseries":
             raise ValueError(f"run_dir={run_dir!r} is a run of task {run.config.get('task')!r}, "
@@ -281,7 +284,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
             # The "data" filter (Python 3.10.12+) refuses links and paths out of `work`.
             tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        self._use_run(os.path.join(work, "run"))
+        self.answer_from_run(os.path.join(work, "run"))
 
     # --- answers -------------------------------------------------------------
 
@@ -354,7 +357,7 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         if os.path.isfile(record_path):
             params = read_json(record_path, f"run_dir={run_dir!r}").get("params", {})
         estimator = cls(**params)
-        estimator._use_run(run_dir)
+        estimator.answer_from_run(run_dir)
         return estimator
 
 
