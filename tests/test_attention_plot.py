@@ -119,11 +119,11 @@ def test_callback_writes_the_rendered_heatmap(tmp_path):
     source_ids, decoder_ids = attention_example(tokenizer, "ein mann mit .", "a man with .", 16)
     model = Transformer(vocabulary_size=len(vocabulary), num_layers=2, hidden_dim=8,
                         num_heads=2, intermediate_dim=16, max_sequence_length=16)
-    callback = AttentionImages(str(tmp_path), source_ids, decoder_ids, tokenizer.vocabulary)
+    callback = AttentionImages(model, str(tmp_path), source_ids, decoder_ids,
+                               tokenizer.vocabulary)
     assert callback.source_tokens == ["ein", "mann", "mit", "."]
     # Row t is labelled with the piece predicted there: y(t+1), then [END].
     assert callback.target_tokens == ["a", "man", "with", ".", "[END]"]
-    callback.set_model(model)
     callback.on_epoch_end(0)
 
     images = _read_images(tmp_path)

@@ -379,7 +379,7 @@ def test_a_cross_fitted_member_never_learns_the_labels_it_validates_on(tmp_path)
                                                           metrics["valid_fold_majority"],
                                                           strict=True))
                          if a <= m}
-        model = keras.saving.load_model(tmp_path / name / "model.keras")
+        model = keras.saving.load_model(tmp_path / name / "model.keras").backbone
         weights.append([m.get_weights() for m in model.members])
         task = get_task("classification")
         config = _run_config(path)

@@ -297,3 +297,61 @@ def test_series_classifier_fits_answers_saves_and_exports(tmp_path, rng):
     assert served["labels"] == list(model.predict(np.nan_to_num(X[1:6]))["labels"])
     with pytest.raises(ValueError, match="X has 48 series but y has 3 labels"):
         model.fit(X, labels[:3])
+
+
+def _series_ensemble(mixup_alpha=0.0):
+    from keras_transformer.layers import PatchStem
+    from keras_transformer.models import ClassifierEnsemble, TransformerClassifier
+
+    members = [TransformerClassifier(
+        PatchStem(1, hidden_dim=8, max_sequence_length=8, patch_length=2), 3, num_layers=1,
+        num_heads=2, intermediate_dim=16, dropout=0.0, mixup_alpha=mixup_alpha, name=f"m{i}")
+        for i in range(2)]
+    return ClassifierEnsemble(members)
+
+
+@pytest.mark.parametrize("mixup_alpha", [0.0, 0.4])
+def test_a_task_model_trains_its_backbone_by_the_backbones_own_loss(rng, mixup_alpha):
+    """An ensemble's members each learn on their own logits and a mixed batch
+    on both its labels, inside a task model as alone: the task model's loss
+    of a training call is the backbone's, not its loss on the answer."""
+    backbone = _series_ensemble(mixup_alpha)
+    model = TimeSeriesClassifier(backbone, ["a", "b", "c"])
+    model.compile(label_smoothing=0.0)
+    backbone.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = rng.standard_normal((6, 8, 1)).astype("float32")
+    y = np.array([0, 1, 2, 0, 1, 2], "int32")
+    answer = model(x, training=True)
+    kept = backbone.step_outputs.values  # the members' logits (and mixup's weights)
+    ours = float(model.compute_loss(x, y, answer, training=True))
+    backbone.step_outputs.keep(kept)
+    alone = float(backbone.compute_loss(x, y, answer, training=True))
+    on_the_answer = float(keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+        y, answer))
+    assert ours == pytest.approx(alone, rel=1e-6)
+    assert abs(ours - on_the_answer) > 1e-4  # what a task model's loss was without the rule
+
+
+def test_a_task_model_reads_the_checkpoints_of_its_backbone(tmp_path, rng):
+    """A run killed before runs trained through their task models resumes:
+    its backbone's checkpoint (weights and optimizer state) loads into the
+    task model."""
+    from training.runs.checkpoint_average import load_model_weights
+
+    x = rng.standard_normal((6, 8, 1)).astype("float32")
+    y = np.array([0, 1, 2, 0, 1, 2], "int32")
+    before = _series_ensemble()
+    before.compile(optimizer=keras.optimizers.Adam(1e-2),
+                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before.fit(x, y, epochs=2, verbose=0)
+    before.save_weights(tmp_path / "backbone.weights.h5")
+    model = TimeSeriesClassifier(_series_ensemble(), ["a", "b", "c"])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.optimizer.build(model.trainable_variables)
+    load_model_weights(model, tmp_path / "backbone.weights.h5")
+    for ours, theirs in zip(model.weights, before.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    moments = [np.asarray(v) for v in before.optimizer.variables]
+    assert int(np.asarray(model.optimizer.iterations)) == 2
+    for ours, theirs in zip(model.optimizer.variables, moments, strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), theirs)

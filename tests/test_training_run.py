@@ -115,15 +115,15 @@ def test_mixed_precision_and_xla_runs_learn(precision, jit_compile, tmp_path, mo
     import training.train as train_module
 
     compiled = {}
-    build = train_module._build
+    wrap = train_module.task_model_for
 
-    def spy(*args, **kwargs):
-        built = build(*args, **kwargs)
-        compiled["model"] = built[0]
-        compiled["policy"] = built[0].dtype_policy.name
-        return built
+    def spy(*args, **kwargs):  # the task model `fit` trains, around the run's model
+        task_model = wrap(*args, **kwargs)
+        compiled["model"] = task_model
+        compiled["policy"] = task_model.backbone.dtype_policy.name
+        return task_model
 
-    monkeypatch.setattr(train_module, "_build", spy)
+    monkeypatch.setattr(train_module, "task_model_for", spy)
     overrides = FAST + [
         "eval_sentences=0", "beam_size=1",
         f"precision={precision}", f"jit_compile={str(jit_compile).lower()}",

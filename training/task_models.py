@@ -49,6 +49,7 @@ from keras_transformer.models import (
     Transformer,
     TransformerClassifier,
     VisionTransformer,
+    XLADropoutMixin,
 )
 from keras_transformer.models.transformer_config import PAD_ID
 from training.data.atomic import atomic_write_bytes, check_target
@@ -133,13 +134,18 @@ class _Untracked:
         self.prepared = weakref.WeakSet()
 
 
-class TaskModel(keras.Model):
+class TaskModel(XLADropoutMixin, keras.Model):
     """A backbone and the tokenizer of its inputs, saved together in a `.keras` file.
 
     The tokenizer's files (`vocab.txt`, `tokenizer.json`) go into the `.keras`
     archive's assets (`save_assets`) and are read back by `load_assets`, so
     `keras.models.load_model(path)` returns a model that tokenizes as the
     saved one did.
+
+    It trains as its backbone would train alone: the backbone's rule of
+    its loss (`training_loss`: an ensemble's members each on their own
+    logits, a mixed batch's two labels) with this model's compiled loss,
+    and the backbone's dropout masks under XLA (`XLADropoutMixin`).
     """
 
     def __init__(self, backbone, tokenizer=None, **kwargs):
@@ -153,6 +159,31 @@ class TaskModel(keras.Model):
     def call(self, inputs, training=None):
         return self.backbone(inputs, training=training)
 
+    @property
+    def threefry_dropout_under_xla(self):
+        return getattr(self.backbone, "threefry_dropout_under_xla", False)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        parent = super(TaskModel, self)  # noqa: UP008 (AutoGraph)
+        rule = getattr(self.backbone, "training_loss", None)
+        if rule is None:
+            return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+        return rule(parent.compute_loss, x, y, y_pred, sample_weight, training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if sample_weight is not None and len(sample_weight.shape) == 2:
+            sample_weight = None  # per-member weights: the answer's metrics see every example
+        return super(TaskModel, self).compute_metrics(  # noqa: UP008 (AutoGraph)
+            x, y, y_pred, sample_weight=sample_weight)
+
+    def prepared(self, dataset):
+        """`dataset`, batches of the backbone's own inputs (token ids, series
+        `(B, T, C)`) and their labels, marked as prepared: `fit` and
+        `evaluate` take it as it is.  What a pipeline that tokenizes and
+        batches on its own passes (the command line's runs do)."""
+        self._untracked.prepared.add(dataset)
+        return dataset
+
     def save_assets(self, dir_path):
         if self.tokenizer is not None:
             self.tokenizer.save(dir_path)
@@ -162,8 +193,11 @@ class TaskModel(keras.Model):
             self.tokenizer = load_tokenizer(dir_path)
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.saving.serialize_keras_object(self.backbone)}
+        backbone = keras.saving.serialize_keras_object(self.backbone)
+        # What compiles is the task model (`get_compile_config`); a backbone
+        # compiled too (a run's, which its task scores) loads uncompiled.
+        backbone.pop("compile_config", None)
+        return {"name": self.name, "trainable": self.trainable, "backbone": backbone}
 
     @classmethod
     def from_config(cls, config):
@@ -197,12 +231,6 @@ class TaskModel(keras.Model):
                         else keras.saving.deserialize_keras_object(config)))
         if self.built:  # its variables exist before the saved ones are read into them
             self.optimizer.build(self.trainable_variables)
-
-    def _prepared(self, dataset):
-        """`dataset` (model inputs), remembered as prepared: `evaluate` takes
-        it as it is when Keras' `fit` validates on it."""
-        self._untracked.prepared.add(dataset)
-        return dataset
 
     def _is_prepared(self, x):
         return isinstance(x, tf.data.Dataset) and x in self._untracked.prepared
@@ -258,12 +286,13 @@ class _Classifier(TaskModel):
             **kwargs):
         """`keras.Model.fit` on raw inputs `x` and their labels `y` (names or
         indices), or `x` a `tf.data.Dataset` of batched `(inputs, indices)`."""
-        if validation_data is not None:
-            validation_data = self._prepared(
+        if validation_data is not None and not self._is_prepared(validation_data):
+            validation_data = self.prepared(
                 self._dataset(validation_data) if isinstance(validation_data, tf.data.Dataset)
                 else self._dataset(*validation_data, batch_size=batch_size))
-        # Shuffled here (Keras' `shuffle` does not apply to a dataset).
-        return super().fit(self._dataset(x, y, batch_size, shuffle), shuffle=False,
+        if not self._is_prepared(x):
+            x = self._dataset(x, y, batch_size, shuffle)  # shuffled here: Keras' `shuffle`
+        return super().fit(x, shuffle=False,              # does not apply to a dataset
                            validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
@@ -532,10 +561,11 @@ class Translator(TaskModel):
     def fit(self, x=None, batch_size=None, validation_data=None, shuffle=True, **kwargs):
         """`keras.Model.fit` on pairs of sentences: `x = (sources, targets)`, or
         a `tf.data.Dataset` of batched `(sources, targets)` strings."""
-        if validation_data is not None:
-            validation_data = self._prepared(self._dataset(validation_data, batch_size))
-        return super().fit(self._dataset(x, batch_size, shuffle), shuffle=False,
-                           validation_data=validation_data, **kwargs)
+        if validation_data is not None and not self._is_prepared(validation_data):
+            validation_data = self.prepared(self._dataset(validation_data, batch_size))
+        if not self._is_prepared(x):
+            x = self._dataset(x, batch_size, shuffle)
+        return super().fit(x, shuffle=False, validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, batch_size=None, **kwargs):
         if not self._is_prepared(x):
@@ -585,6 +615,20 @@ class Translator(TaskModel):
                   "beam_size": BEAM_SIZE, "length_penalty": LENGTH_PENALTY,
                   "model": keras.saving.serialize_keras_object(self.backbone)}
         return write_saved_model(module, path, config, self.tokenizer, None, overwrite)
+
+
+def task_model_for(model, tokenizer=None, label_names=None):
+    """The task model of a library backbone: a `Transformer` -> `Translator`;
+    a classifier with a `tokenizer` -> `TextClassifier`, without one -> a
+    `TimeSeriesClassifier` of series; None for an image classifier, whose
+    backbone answers arrays itself."""
+    if isinstance(model, Transformer):
+        return Translator(model, tokenizer)
+    if tokenizer is not None:
+        return TextClassifier(model, tokenizer, label_names)
+    if not isinstance(model, VisionTransformer):
+        return TimeSeriesClassifier(model, label_names)
+    return None
 
 
 def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=False):
@@ -655,4 +699,4 @@ def export_model_tflite(model, path, quantize="none", overwrite=False, sequence_
 
 
 __all__ = ["TaskModel", "TextClassifier", "TimeSeriesClassifier", "Translator", "export_model",
-           "export_model_tflite"]
+           "export_model_tflite", "task_model_for"]

@@ -15,15 +15,18 @@ carried.  The steps:
 3. `_planner` (`training/loop/time_budget.py`): the plan (`plan.json` of a
    resumed run) and the clock of a time budget; `_choose_depth`: the
    model's depth;
-4. `_build_session`: model, schedule, optimizer, restored checkpoint and
-   callbacks (a `_Session`);
+4. `_build_session`: model and its task model (`training.task_models`:
+   the model with its tokenizer and class names), schedule, optimizer,
+   restored checkpoint and callbacks (a `_Session`);
 5. `_plan`: a budgeted run times its first updates and plans the rest
    (and may build the preset's depth instead of its short-run one);
-6. `_fit`: `model.fit` to the plan's end, revising a budgeted plan after
-   each epoch;
+6. `_fit`: the task model's `fit` to the plan's end, revising a budgeted
+   plan after each epoch;
 7. `_select_and_evaluate`: the checkpoint (or average) to keep, and the
    task's validation and test figures;
-8. `_save`: `model.keras`, `metrics.json` and the last TensorBoard events.
+8. `_save`: `model.keras` (the task model: `keras.saving.load_model`
+   gives back one that answers raw input), `metrics.json` and the last
+   TensorBoard events.
 
 What differs between kinds of problem (data, vocabulary, model, loss,
 selection score, callbacks, test evaluation) is asked of the task,
@@ -70,6 +73,7 @@ from training.runs.run_dir import (
     finish_run,
     write_json_atomically,
 )
+from training.task_models import task_model_for
 from training.tasks import get_task
 from training.tasks.common import preset_config, with_cardinality
 
@@ -121,7 +125,10 @@ class _Session:
     config: object  # the config the model was built from (its depth)
     task: object
     data: object
-    model: keras.Model
+    model: keras.Model  # the task's model (token ids or series in, logits out)
+    # `model` with its preprocessing: what `fit` trains, checkpoints hold
+    # and `model.keras` is (`training.task_models.task_model_for`).
+    task_model: keras.Model
     schedule: keras.optimizers.schedules.LearningRateSchedule
     checkpoint: ResumableCheckpoint  # its `step` is the run's global step
     validation_score: object  # score(model) -> float, higher is better
@@ -425,11 +432,17 @@ def _build_session(config, run, planner):
     task, data = run.task, run.data
     with run.strategy.scope():
         model, loss, metrics, hidden_dim = _build(config, task, data)
+        task_model = task_model_for(model, task.tokenizer, task.label_names)
         recipe = planner.resolve_recipe(config, task, hidden_dim, run.datasets.batch_tokens,
                                         preset_config(config).num_layers)
         schedule = build_schedule(config, hidden_dim, recipe)
         optimizer = build_optimizer(schedule, recipe.weight_decay)
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+        task_model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                           jit_compile=config.jit_compile)
+        # The tasks score and evaluate `model` on prepared batches (token
+        # ids, series): compiled alike, with metrics of its own, no optimizer.
+        own_loss, own_metrics = task.loss_and_metrics(config)
+        model.compile(optimizer=None, loss=own_loss, metrics=own_metrics,
                       jit_compile=config.jit_compile)
     checkpoint = ResumableCheckpoint(
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
@@ -438,12 +451,12 @@ def _build_session(config, run, planner):
         on_saved=lambda: drop_replaced_run(run.run_dir),
     )
     with run.strategy.scope():  # a distributed optimizer builds its slots in its scope
-        checkpoint.restore(model)
+        checkpoint.restore(task_model)
         # Built here rather than on the first update: an optimizer that
         # creates its slots inside `fit`'s first trace makes tf.function
         # trace the train step twice (about 5 s of a small run's start).
-        if not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
+        if not task_model.optimizer.built:
+            task_model.optimizer.build(task_model.trainable_variables)
     validation_score, monitor, mode = task.validation_score(config, model, data,
                                                             run.datasets.valid)
     callbacks = [checkpoint, *task.callbacks(config, model, data, run.logs_dir)]
@@ -462,8 +475,8 @@ def _build_session(config, run, planner):
             StepScalars(os.path.join(run.logs_dir, "train"), config.log_every_steps),
             keras.callbacks.TensorBoard(run.logs_dir),
         ]
-    return _Session(config, task, data, model, schedule, checkpoint, validation_score,
-                    callbacks)
+    return _Session(config, task, data, model, task_model, schedule, checkpoint,
+                    validation_score, callbacks)
 
 
 def _plan(session, run, planner, probe):
@@ -488,7 +501,7 @@ def _plan(session, run, planner, probe):
 
 
 def _fit(session, run, planner, progress, verbose):
-    """`model.fit` from the checkpoint's step to the plan's end; the history.
+    """The task model's `fit` from the checkpoint's step to the plan's end; the history.
 
     Under a budget the plan is revised after each epoch, from its pace (the
     calibration's first updates run slow), by a callback: the rest of the
@@ -497,7 +510,7 @@ def _fit(session, run, planner, progress, verbose):
     skipped batch: 35 s at 8,000 updates, and about 6 of a 60-minute run's
     minutes in all.
     """
-    config, model, checkpoint = session.config, session.model, session.checkpoint
+    config, task_model, checkpoint = session.config, session.task_model, session.checkpoint
     steps_per_epoch, deadline = run.datasets.steps_per_epoch, planner.deadline
     if run.role.is_chief:
         write_hparams(run.logs_dir, config)
@@ -520,9 +533,10 @@ def _fit(session, run, planner, progress, verbose):
             # make one update, stop, and still validate (a 30-minute
             # run ended 49 s late that way).
             break
-        h = model.fit(
-            _stream_from(run.datasets.train, checkpoint.step),
-            validation_data=run.datasets.valid if run.task.fit_validates(config) else None,
+        valid = run.datasets.valid if run.task.fit_validates(config) else None
+        h = task_model.fit(
+            task_model.prepared(_stream_from(run.datasets.train, checkpoint.step)),
+            validation_data=None if valid is None else task_model.prepared(valid),
             initial_epoch=initial_epoch, epochs=epochs, steps_per_epoch=steps,
             callbacks=callbacks, verbose=verbose, shuffle=False,
         )
@@ -575,8 +589,11 @@ def _select_and_evaluate(session, run, planner):
     barrier(run.strategy)  # the chief's last epoch written before workers select
     timed = budget.Stopwatch()
     with timed.phase("selection"):
-        chosen = selection.select(session.model, run.run_dir, config.keep_epoch_checkpoints,
-                                  session.validation_score, config.selection)
+        # Checkpoints are the task model's; it holds the model's variables.
+        chosen = selection.select(session.task_model, run.run_dir,
+                                  config.keep_epoch_checkpoints,
+                                  lambda task_model: session.validation_score(task_model.backbone),
+                                  config.selection)
     metrics = run.task.evaluate(config, session.model, run.data, run.datasets.valid,
                                 planner.final_evaluation())
     parts = {name: round(seconds, 2)
@@ -588,7 +605,7 @@ def _save(session, run, metrics, watch):
     """model.keras, metrics.json (with the phases' seconds) and the final
     events; then the run drops its checkpoints and records its files
     (`finish_run`)."""
-    selection.save_final_model(session.model, os.path.join(run.run_dir, "model.keras"))
+    selection.save_final_model(session.task_model, os.path.join(run.run_dir, "model.keras"))
     metrics.update(watch.report())
     write_json_atomically(os.path.join(run.run_dir, "metrics.json"), metrics)
     write_final_metrics(run.logs_dir, session.config, metrics, int(session.checkpoint.step))

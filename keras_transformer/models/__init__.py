@@ -1,5 +1,6 @@
 """Functional Transformer models and their configuration."""
 
+from keras_transformer.models._xla_dropout import XLADropoutMixin
 from keras_transformer.models.classifier_ensemble import (
     ClassifierEnsemble,
     mean_probability_logits,
@@ -36,6 +37,7 @@ __all__ = [
     "TransformerClassifier",
     "TransformerConfig",
     "VisionTransformer",
+    "XLADropoutMixin",
     "get_preset",
     "mean_probability_logits",
 ]

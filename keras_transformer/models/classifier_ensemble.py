@@ -237,9 +237,14 @@ class ClassifierEnsemble(keras.Model):
         return mean_probability_logits(logits, self.num_classes)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        # Explicit super(): AutoGraph cannot resolve the zero-argument form,
-        # and a comprehension would not see it either.
+        # Explicit super(): AutoGraph cannot resolve the zero-argument form.
         parent = super(ClassifierEnsemble, self)  # noqa: UP008
+        return self.training_loss(parent.compute_loss, x, y, y_pred, sample_weight, training)
+
+    def training_loss(self, compute_loss, x, y, y_pred, sample_weight=None, training=True):
+        """The loss of this step's call through `compute_loss` (the compiled
+        loss of the model `fit` runs: this one, or a task model around it):
+        each member's on its own logits, averaged."""
         kept = self.step_outputs.take()
         if not training or kept is None:
             # The ensemble's answer (B, K): evaluation, or Keras' symbolic
@@ -247,7 +252,7 @@ class ClassifierEnsemble(keras.Model):
             # member to weigh here, and the answer is judged on every example.
             if sample_weight is not None and len(sample_weight.shape) == 2:
                 sample_weight = None
-            return parent.compute_loss(x, y, y_pred, sample_weight, training=training)
+            return compute_loss(x, y, y_pred, sample_weight, training=training)
         logits, lam = kept
         weights = [sample_weight] * self.size
         if sample_weight is not None and len(sample_weight.shape) == 2:
@@ -257,7 +262,7 @@ class ClassifierEnsemble(keras.Model):
                     f"received sample_weight of shape {tuple(sample_weight.shape)}."
                 )
             weights = [sample_weight[:, i] for i in range(self.size)]
-        losses = [classifier_loss(parent.compute_loss, x, y, logits[:, i],
+        losses = [classifier_loss(compute_loss, x, y, logits[:, i],
                                   None if lam is None else lam[:, i], weights[i], training)
                   for i in range(self.size)]
         return ops.mean(ops.stack(losses))

@@ -132,9 +132,15 @@ class PooledClassifier(XLADropoutMixin, keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         parent = super(PooledClassifier, self)  # noqa: UP008 (AutoGraph)
+        return self.training_loss(parent.compute_loss, x, y, y_pred, sample_weight, training)
+
+    def training_loss(self, compute_loss, x, y, y_pred, sample_weight=None, training=True):
+        """The loss of this step's call through `compute_loss` (the compiled
+        loss of the model `fit` runs: this one, or a task model around it):
+        of a mixed batch, both labels' terms (`classifier_loss`)."""
         kept = self.step_outputs.take()  # a mixed batch's lam, from this step's call
         lam = kept[0] if training and kept is not None else None
-        return classifier_loss(parent.compute_loss, x, y, y_pred, lam, sample_weight, training)
+        return classifier_loss(compute_loss, x, y, y_pred, lam, sample_weight, training)
 
     @property
     def input_name(self):

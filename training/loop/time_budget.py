@@ -288,8 +288,11 @@ def depth_cost_ratio(model, num_layers):
 
 
 def time_updates(session, stream, count):
-    """`count` updates of `session.model` from its checkpoint's step, timed: the `StepTimer`."""
+    """`count` updates of `session.task_model` from its checkpoint's step, timed: the
+    `StepTimer`."""
     timer = StepTimer()
-    session.model.fit(stream.skip(session.checkpoint.step), epochs=1, steps_per_epoch=count,
-                      callbacks=[session.checkpoint, timer], verbose=0, shuffle=False)
+    task_model = session.task_model
+    task_model.fit(task_model.prepared(stream.skip(session.checkpoint.step)), epochs=1,
+                   steps_per_epoch=count, callbacks=[session.checkpoint, timer], verbose=0,
+                   shuffle=False)
     return timer

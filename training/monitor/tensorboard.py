@@ -44,14 +44,17 @@ class AttentionImages(keras.callbacks.Callback):
     i's mean over heads.
 
     Args:
+        model: the `Transformer` whose attention is drawn (the model inside
+            the task model `fit` trains).
         log_dir: folder of the event file.
         encoder_token_ids: the source ids, `(S,)`.
         decoder_token_ids: `[START]` then the target ids, `(T,)`.
         vocabulary: the tokenizer's pieces (`tokenizer.vocabulary`), id -> str.
     """
 
-    def __init__(self, log_dir, encoder_token_ids, decoder_token_ids, vocabulary):
+    def __init__(self, model, log_dir, encoder_token_ids, decoder_token_ids, vocabulary):
         super().__init__()
+        self.transformer = model
         self.writer = tf.summary.create_file_writer(log_dir)
         self.encoder_token_ids = np.asarray(encoder_token_ids, "int32")[None]
         self.decoder_token_ids = np.asarray(decoder_token_ids, "int32")[None]
@@ -60,7 +63,7 @@ class AttentionImages(keras.callbacks.Callback):
         self.target_tokens = [vocabulary[i] for i in predicted]
 
     def on_epoch_end(self, epoch, logs=None):
-        weights = self.model.attention_weights(self.encoder_token_ids, self.decoder_token_ids)
+        weights = self.transformer.attention_weights(self.encoder_token_ids, self.decoder_token_ids)
         cross = [np.asarray(w)[0] for w in weights["cross"]]  # per layer (h, T, S)
         images = {"cross_attention/last_layer": attention_figure(
             cross[-1], self.source_tokens, self.target_tokens, heads="all",

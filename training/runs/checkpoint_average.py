@@ -33,6 +33,7 @@ import numpy as np
 from keras.src.saving import saving_lib
 
 import keras_transformer  # noqa: F401  registers the custom layers
+from training.task_models import TaskModel
 
 # The layout of training/runs/run_dir.py: RUN/model.keras and
 # RUN/checkpoints/epoch-<e>.weights.h5.
@@ -40,6 +41,7 @@ RUN_MODEL = "model.keras"
 RUN_CHECKPOINT_PATTERN = os.path.join("checkpoints", "epoch-*.weights.h5")
 _OPTIMIZER_GROUP = "optimizer/"
 _KERAS_ARCHIVE_WEIGHTS = "model.weights.h5"
+_BACKBONE = "backbone"  # a task model's group of its backbone's weights
 
 
 @contextlib.contextmanager
@@ -107,13 +109,38 @@ def save_model_weights(model, path):
 
 def load_model_weights(model, path):
     """Loads a `.weights.h5` file into `model`; one without optimizer state
-    (`save_model_weights`) leaves the optimizer's as it is, silently."""
+    (`save_model_weights`) leaves the optimizer's as it is, silently.
+
+    A task model also reads its backbone's file: the checkpoints of a run
+    written before runs trained through their task models
+    (`_under_backbone`), so such a run resumes and selects as it would have.
+    """
     with h5py.File(path, "r") as weights_file:
         has_optimizer = _OPTIMIZER_GROUP.rstrip("/") in weights_file
-    if has_optimizer or getattr(model, "optimizer", None) is None:
-        model.load_weights(path)
-    else:
-        saving_lib.load_weights_only(model, os.fspath(path), objects_to_skip=[model.optimizer])
+        backbone_file = isinstance(model, TaskModel) and _BACKBONE not in weights_file
+    with tempfile.TemporaryDirectory() as tmp:
+        if backbone_file:
+            path = _under_backbone(path, os.path.join(tmp, "task_model.weights.h5"))
+        if has_optimizer or getattr(model, "optimizer", None) is None:
+            model.load_weights(path)
+        else:
+            saving_lib.load_weights_only(model, os.fspath(path),
+                                         objects_to_skip=[model.optimizer])
+
+
+def _under_backbone(path, output_path):
+    """A backbone's weights file laid out as its task model's: its groups
+    under `backbone/`, the optimizer's state where it was (one optimizer
+    trains both, on the same variables)."""
+    with h5py.File(path, "r") as source, h5py.File(output_path, "w") as target:
+        for key, value in source.attrs.items():
+            target.attrs[key] = value
+        backbone = target.create_group(_BACKBONE)
+        for name in source:
+            source.copy(source[name], target if name == _OPTIMIZER_GROUP.rstrip("/") else backbone,
+                        name)
+        target.create_group("vars")  # the task model's own: none
+    return output_path
 
 
 def average_weights_files(paths, output_path):

@@ -22,6 +22,7 @@ import keras
 import numpy as np
 
 from training.data.atomic import atomic_write_text, fsync_directory, fsync_tree
+from training.runs.checkpoint_average import load_model_weights
 
 POINTER = "LATEST"
 
@@ -73,7 +74,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             return 0
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
-        model.load_weights(os.path.join(folder, "model.weights.h5"))
+        load_model_weights(model, os.path.join(folder, "model.weights.h5"))
         seeds = np.load(os.path.join(folder, "seeds.npz"))
         states = _seed_states(model)
         if all(key[:4].isdigit() for key in seeds.files):

@@ -53,7 +53,6 @@ import keras
 
 import keras_transformer  # noqa: F401  (registers the serializable classes)
 import training.optimization.schedule  # noqa: F401  (the saved optimizer's TransformerSchedule)
-from keras_transformer.models import Transformer, VisionTransformer
 from training.config import TrainingConfig
 from training.data.atomic import (
     atomic_write_json,
@@ -70,7 +69,7 @@ from training.data.manifest import (
 from training.data.readers import read_json
 from training.pipeline.prepared import file_fingerprint
 from training.runs.predict import predict_run
-from training.task_models import TextClassifier, TimeSeriesClassifier, Translator
+from training.task_models import TaskModel, task_model_for
 from training.tasks import get_task
 from training.text.tokenizers import check_vocabulary_size
 
@@ -591,13 +590,7 @@ class Run:
         tokenizer and class names), which `translate`s or `predict`s raw
         input, saves one `.keras` file and `export`s; None for images, whose
         model answers arrays itself."""
-        if isinstance(self.model, Transformer):
-            return Translator(self.model, self.tokenizer)
-        if self.tokenizer is not None:
-            return TextClassifier(self.model, self.tokenizer, self.label_names)
-        if not isinstance(self.model, VisionTransformer):  # a classifier of series
-            return TimeSeriesClassifier(self.model, self.label_names)
-        return None
+        return task_model_for(self.model, self.tokenizer, self.label_names)
 
     def predict(self, inputs, beam_size=1, batch_size=64):
         """One output line per input: a translation, or `label<TAB>probability`.
@@ -664,6 +657,8 @@ def load_run(run_dir):
     if os.path.isfile(os.path.join(run_dir, "metrics.json")):
         metrics = read_json(os.path.join(run_dir, "metrics.json"), what)
     model = _load_model(model_path)
+    if isinstance(model, TaskModel):  # a run's model with its preprocessing (its task model)
+        model = model.backbone
     vocabulary_size = getattr(model, "vocabulary_size", None) or getattr(
         getattr(model, "config", None), "vocabulary_size", None)  # a classifier's, a translator's
     check_vocabulary_size(task.tokenizer, vocabulary_size, os.path.join(run_dir, "vocab"))

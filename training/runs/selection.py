@@ -18,6 +18,7 @@ import keras
 
 from training.data.atomic import atomic_path, atomic_write_json
 from training.runs.checkpoint_average import average_checkpoints, save_model_weights
+from training.task_models import TaskModel
 
 SCORES = "scores.json"
 
@@ -155,7 +156,8 @@ def select(model, run_dir, k, score, selection="auto"):
 
 def save_final_model(model, path):
     """Writes the run's `model.keras`: the architecture and the chosen
-    weights, without the optimizer or the training configuration.
+    weights (of a task model, with its tokenizer and class names), without
+    the optimizer or the training configuration.
 
     Nothing trains on from `model.keras` (a resumed run restores
     `checkpoints/step-*`, which keep the optimizer), and the AdamW moments
@@ -164,6 +166,8 @@ def save_final_model(model, path):
     stays compiled for the caller.
     """
     copy = type(model).from_config(model.get_config())
+    if isinstance(model, TaskModel):  # its tokenizer is an asset, not part of its config
+        copy.tokenizer = model.tokenizer
     copy.set_weights(model.get_weights())
     with atomic_path(path) as staged:  # whole or not at all
         copy.save(staged)

@@ -206,11 +206,12 @@ class OutOfFoldLogs(keras.callbacks.Callback):
     those examples); place it before the callbacks that read them
     (selection, TensorBoard)."""
 
-    def __init__(self, out_of_fold):
+    def __init__(self, out_of_fold, model):
         super().__init__()
         self.out_of_fold = out_of_fold
+        self.ensemble = model  # the cross-fitted ensemble (inside the task model `fit` trains)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            scores = self.out_of_fold.scores(self.model)
+            scores = self.out_of_fold.scores(self.ensemble)
             logs["val_accuracy"], logs["val_loss"] = scores["accuracy"], scores["loss"]

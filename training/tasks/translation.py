@@ -369,7 +369,7 @@ class Translation(Task):
                 data.valid[0][:n], data.valid[1][:n], config.lower_case,
             ))
         callbacks.append(AttentionImages(
-            os.path.join(logs_dir, "attention"),
+            model, os.path.join(logs_dir, "attention"),
             *attention_example(self.tokenizer, data.valid[0][0], data.valid[1][0],
                                config.max_sequence_length),
             self.tokenizer.vocabulary,
