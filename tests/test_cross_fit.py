@@ -22,6 +22,7 @@ from keras_transformer.models import (
 from training.config import TrainingConfig, load_config
 from training.pipeline import datasets
 from training.serving.inputs import token_ids
+from training.task_models import TextClassifier
 from training.tasks import get_task
 from training.tasks.classifiers import LearnedNothingWarning, OutOfFold
 from training.train import train
@@ -37,6 +38,14 @@ def _member(name, num_classes=3, mixup_alpha=0.0):
 def _ensemble(size=2, mixup_alpha=0.0):
     model = ClassifierEnsemble([_member(f"m{i}", mixup_alpha=mixup_alpha) for i in range(size)])
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _task_model(ensemble, loss=None, metrics=None):
+    """The ensemble in the task model a run scores (`OutOfFold` and the task's
+    hooks take the run's task model), compiled with the ensemble's loss."""
+    model = TextClassifier(ensemble)
+    model.compile(loss=loss or ensemble.loss, metrics=metrics or [], run_eagerly=True)
     return model
 
 
@@ -218,15 +227,15 @@ def test_out_of_fold_scores_each_example_by_the_member_that_left_it_out():
     y = np.array([0, 1, 2] * 3)
     folds = np.array([0, 1, 2, 2, 1, 0, 0, 0, 1])
     oof = OutOfFold(x, y, folds)
-    logits = oof.logits(model, batch_size=2)
+    logits = oof.logits(_task_model(model), batch_size=2)
     for i, member in enumerate(model.members):
         rows = folds == i
         np.testing.assert_allclose(logits[rows], np.asarray(member(x[rows])), rtol=1e-5,
                                    atol=1e-6)
-    scores = oof.scores(model)
+    scores = oof.scores(_task_model(model))
     assert scores["accuracy"] == pytest.approx((logits.argmax(-1) == y).mean())
     assert scores["loss"] == pytest.approx(_cross_entropy(logits, y).mean(), rel=1e-5)
-    assert oof(model) == scores["accuracy"]
+    assert oof(_task_model(model)) == scores["accuracy"]
 
 
 def _stick(member, answer, num_classes=3):
@@ -247,7 +256,7 @@ def test_out_of_fold_names_a_member_that_learned_nothing():
     y = np.array([0, 1, 2, 0] * 3)
     folds = np.arange(12) % 3
     _stick(model.members[1], 1)
-    scores = OutOfFold(x, y, folds).scores(model)
+    scores = OutOfFold(x, y, folds).scores(_task_model(model))
     rows = folds == 1
     assert scores["member_accuracy"][1] == pytest.approx((y[rows] == 1).mean())
     for i in range(3):
@@ -287,7 +296,7 @@ def test_a_member_that_learned_nothing_leaves_the_answer_unless_all_did():
     scores = {"member_accuracy": [0.75, 0.5, 0.625], "fold_majority": [0.5, 0.5, 0.5]}
     assert OutOfFold.learned_nothing(scores) == [1]
     with pytest.warns(LearnedNothingWarning, match=r"member 1 .*leaves it out") as caught:
-        assert OutOfFold.exclude_members_that_learned_nothing(model, scores) == [1]
+        assert OutOfFold.exclude_members_that_learned_nothing(_task_model(model), scores) == [1]
     assert len(caught) == 1 and model.excluded_members == (1,)
     kept = np.stack([np.asarray(model.members[i](x)) for i in (0, 2)], 1)
     z = kept - kept.max(-1, keepdims=True)
@@ -296,7 +305,7 @@ def test_a_member_that_learned_nothing_leaves_the_answer_unless_all_did():
     # When every member learned nothing, leaving them all out is no answer: all stay.
     scores = {"member_accuracy": [0.5, 0.25, 0.5], "fold_majority": [0.5, 0.5, 0.5]}
     with pytest.warns(LearnedNothingWarning, match="averages it in") as caught:
-        assert OutOfFold.exclude_members_that_learned_nothing(model, scores) == []
+        assert OutOfFold.exclude_members_that_learned_nothing(_task_model(model), scores) == []
     assert len(caught) == 3 and model.excluded_members == ()
 
 
@@ -325,10 +334,12 @@ def test_the_text_task_tests_without_a_member_that_learned_nothing(tmp_path):
     texts, labels = data.test
     ids = token_ids(task.tokenizer, texts, config.max_sequence_length)
     model.fit(ids, np.asarray(labels), epochs=10, batch_size=30, verbose=0)  # learns the word
-    before = task.evaluate_test(config, model, data)
+    # Each task model compiled with metrics of its own (a compiled metric keeps its state).
+    before = task.evaluate_test(config, _task_model(model, *task.loss_and_metrics(config)), data)
     _stick(model.members[1], 0)
     with pytest.warns(LearnedNothingWarning, match="member 1 .*leaves it out"):
-        result = task.evaluate(config, model, data, valid=None)
+        result = task.evaluate(config, _task_model(model, *task.loss_and_metrics(config)), data,
+                               valid=None)
     assert result["excluded_members"] == [1] and model.excluded_members == (1,)
     alone = np.asarray(model.members[0](ids)).argmax(-1)
     assert result["test_accuracy"] == pytest.approx((alone == np.asarray(labels)).mean(), abs=1e-6)
@@ -343,8 +354,8 @@ def test_out_of_fold_of_a_single_sigmoid_output():
     x, y = _tokens(batch=6), np.array([0, 1, 1, 0, 1, 0])
     folds = np.array([0, 1, 0, 1, 0, 1])
     oof = OutOfFold(x, y, folds)
-    z = oof.logits(model)[:, 0]
-    scores = oof.scores(model)
+    z = oof.logits(_task_model(model))[:, 0]
+    scores = oof.scores(_task_model(model))
     assert scores["accuracy"] == pytest.approx(((z > 0) == y).mean())
     assert scores["loss"] == pytest.approx((np.logaddexp(0, z) - y * z).mean(), rel=1e-5)
 
@@ -379,8 +390,8 @@ def test_a_cross_fitted_member_never_learns_the_labels_it_validates_on(tmp_path)
                                                           metrics["valid_fold_majority"],
                                                           strict=True))
                          if a <= m}
-        model = keras.saving.load_model(tmp_path / name / "model.keras").backbone
-        weights.append([m.get_weights() for m in model.members])
+        model = keras.saving.load_model(tmp_path / name / "model.keras")  # the task model
+        weights.append([m.get_weights() for m in model.backbone.members])
         task = get_task("classification")
         config = _run_config(path)
         data = task.load_data(config, tmp_path / name)

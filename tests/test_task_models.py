@@ -355,3 +355,13 @@ def test_a_task_model_reads_the_checkpoints_of_its_backbone(tmp_path, rng):
     assert int(np.asarray(model.optimizer.iterations)) == 2
     for ours, theirs in zip(model.optimizer.variables, moments, strict=True):
         np.testing.assert_array_equal(np.asarray(ours), theirs)
+    # A resumed run's epochs from before and after average alike.
+    from training.runs.checkpoint_average import average_checkpoints
+
+    model.fit(x.transpose(0, 2, 1), y, epochs=1, verbose=0)  # series as (N, C, T)
+    model.save_weights(tmp_path / "task_model.weights.h5")
+    after = [np.asarray(w) for w in model.weights]
+    average_checkpoints([tmp_path / "backbone.weights.h5", tmp_path / "task_model.weights.h5"],
+                        model)
+    for ours, old, new in zip(model.weights, before.weights, after, strict=True):
+        np.testing.assert_allclose(np.asarray(ours), (np.asarray(old) + new) / 2, rtol=1e-6)

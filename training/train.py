@@ -131,7 +131,7 @@ class _Session:
     task_model: keras.Model
     schedule: keras.optimizers.schedules.LearningRateSchedule
     checkpoint: ResumableCheckpoint  # its `step` is the run's global step
-    validation_score: object  # score(model) -> float, higher is better
+    validation_score: object  # score(task_model) -> float, higher is better
     callbacks: list
 
 
@@ -439,11 +439,6 @@ def _build_session(config, run, planner):
         optimizer = build_optimizer(schedule, recipe.weight_decay)
         task_model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                            jit_compile=config.jit_compile)
-        # The tasks score and evaluate `model` on prepared batches (token
-        # ids, series): compiled alike, with metrics of its own, no optimizer.
-        own_loss, own_metrics = task.loss_and_metrics(config)
-        model.compile(optimizer=None, loss=own_loss, metrics=own_metrics,
-                      jit_compile=config.jit_compile)
     checkpoint = ResumableCheckpoint(
         os.path.join(run.run_dir, "checkpoints", "resume"), config.checkpoint_every_steps,
         is_chief=run.role.is_chief,
@@ -457,9 +452,9 @@ def _build_session(config, run, planner):
         # trace the train step twice (about 5 s of a small run's start).
         if not task_model.optimizer.built:
             task_model.optimizer.build(task_model.trainable_variables)
-    validation_score, monitor, mode = task.validation_score(config, model, data,
+    validation_score, monitor, mode = task.validation_score(config, task_model, data,
                                                             run.datasets.valid)
-    callbacks = [checkpoint, *task.callbacks(config, model, data, run.logs_dir)]
+    callbacks = [checkpoint, *task.callbacks(config, task_model, data, run.logs_dir)]
     callbacks += [
         selection.EpochScores(
             run.run_dir, monitor, mode,
@@ -589,12 +584,10 @@ def _select_and_evaluate(session, run, planner):
     barrier(run.strategy)  # the chief's last epoch written before workers select
     timed = budget.Stopwatch()
     with timed.phase("selection"):
-        # Checkpoints are the task model's; it holds the model's variables.
         chosen = selection.select(session.task_model, run.run_dir,
-                                  config.keep_epoch_checkpoints,
-                                  lambda task_model: session.validation_score(task_model.backbone),
+                                  config.keep_epoch_checkpoints, session.validation_score,
                                   config.selection)
-    metrics = run.task.evaluate(config, session.model, run.data, run.datasets.valid,
+    metrics = run.task.evaluate(config, session.task_model, run.data, run.datasets.valid,
                                 planner.final_evaluation())
     parts = {name: round(seconds, 2)
              for name, seconds in {**timed.phases, **metrics.pop("eval_parts", {})}.items()}

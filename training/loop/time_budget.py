@@ -141,7 +141,7 @@ class TimeBudget:
         """(`Costs` of an update, a save, later compiles, an epoch's validation
         and the final evaluation, timed on the run's first updates; the
         task's evaluation plan)."""
-        config, task, model = session.config, session.task, session.model
+        config, task, model = session.config, session.task, session.task_model
         timer = time_updates(session, datasets.train, self.budget.calibration_steps())
         self.watch.mark("first_update", timer.first_update_at)
         # Steps that saved a checkpoint are slow too: their cost is planned as
@@ -151,9 +151,10 @@ class TimeBudget:
         compiled, seconds_per_compile = timer.compiles()
         shapes = task.training_shapes(config)
         seconds_compiling = max(0, shapes - compiled) * seconds_per_compile * config.jit_compile
-        model.evaluate(datasets.valid, verbose=0)  # traces (compiles) the test step
+        valid = model.prepared(datasets.valid)
+        model.evaluate(valid, verbose=0)  # traces (compiles) the test step
         started = time.time()
-        model.evaluate(datasets.valid, verbose=0)
+        model.evaluate(valid, verbose=0)
         seconds_loss = time.time() - started
         # Selection, the test evaluation and saving, as the task estimates
         # them (it may drop a costly part of the test: its evaluation plan
@@ -219,7 +220,7 @@ class TimeBudget:
         # The final evaluation's cost, re-estimated with the model as it is
         # now (an untrained one decodes to the length limit).
         _, final, evaluation = session.task.time_evaluation(
-            session.config, session.model, session.data, session.validation_score,
+            session.config, session.task_model, session.data, session.validation_score,
             measured.seconds_per_validation, measured.evaluation,
         )
         self.deadline.keep(final, measured.seconds_per_validation)

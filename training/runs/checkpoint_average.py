@@ -63,12 +63,16 @@ def _open_weights(path):
 
 
 def _model_datasets(weights_file):
-    """{dataset path: dataset} of the model variables, optimizer excluded."""
+    """{dataset path: dataset} of the model variables, optimizer excluded; a
+    task model's paths without their `backbone/`, so that a run's epochs
+    from before and after runs trained through their task models compare
+    and average alike."""
     datasets = {}
+    prefix = _BACKBONE + "/"
 
     def visit(name, item):
         if isinstance(item, h5py.Dataset) and not name.startswith(_OPTIMIZER_GROUP):
-            datasets[name] = item
+            datasets[name[len(prefix):] if name.startswith(prefix) else name] = item
 
     weights_file.visititems(visit)
     return datasets
@@ -177,8 +181,9 @@ def average_weights_files(paths, output_path):
         output.attrs.update(last.attrs)
         for key in last:
             last.copy(last[key], output, name=key)
+        prefix = _BACKBONE + "/" if _BACKBONE in last else ""
         for name, total in sums.items():
-            output[name][...] = (total / len(paths)).astype(output[name].dtype)
+            output[prefix + name][...] = (total / len(paths)).astype(output[prefix + name].dtype)
     return output_path
 
 

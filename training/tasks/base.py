@@ -5,7 +5,10 @@ once against these hooks and never branches on a task's name; the one string
 lookup is `training.tasks.get_task(config.task)`.  A task is a plain object,
 not a Keras model: it reads its data, holds its assets (a tokenizer for
 text, class names for classifiers), builds its model, loss and metrics,
-scores a model for selection and evaluates it.  What the trained model
+scores a model for selection and evaluates it: the hooks that score,
+evaluate or watch a model take the run's task model
+(`training.task_models`: its model, with `prepared` batches passed as they
+are), and reach the model inside as `model.backbone`.  What the trained model
 needs to be served (parsing inputs, answering with Keras, the served
 module, the TFLite program, the probes an export is checked on) is its
 serving side, `serving()` (`training.serving.task_serving`), which
@@ -249,7 +252,7 @@ class Task:
         """
         watch = budget.Stopwatch()
         with watch.phase("valid"):
-            results = model.evaluate(valid, verbose=0, return_dict=True)
+            results = model.evaluate(model.prepared(valid), verbose=0, return_dict=True)
         metrics = {f"valid_{k}": float(v) for k, v in results.items()}
         metrics.update(self.evaluate_test(config, model, data, plan or FinalEvaluation()))
         metrics["eval_parts"] = {**watch.phases, **metrics.get("eval_parts", {})}

@@ -92,14 +92,14 @@ def check_num_classes(num_classes, label_names):
 
 def accuracy_score(valid):
     """Validation accuracy, the epoch log's `val_accuracy`, to maximise."""
-    return (lambda m: m.evaluate(valid, verbose=0, return_dict=True)["accuracy"],
+    return (lambda m: m.evaluate(m.prepared(valid), verbose=0, return_dict=True)["accuracy"],
             "val_accuracy", "max")
 
 
 def test_metrics(task, config, model, data):
     """{"test_<metric>": ...} on the test split."""
     test = with_cardinality(task.make_dataset(config, data.test))
-    results = model.evaluate(test, verbose=0, return_dict=True)
+    results = model.evaluate(model.prepared(test), verbose=0, return_dict=True)
     return {f"test_{k}": float(v) for k, v in results.items()}
 
 
@@ -124,7 +124,7 @@ class OutOfFold:
     def logits(self, model, batch_size=256):
         """`(N, K)` float32: each example's logits from the member that left it out."""
         out = None
-        for i, member in enumerate(model.members):
+        for i, member in enumerate(model.backbone.members):
             rows = np.flatnonzero(self.folds == i)
             for start in range(0, len(rows), batch_size):
                 chunk = rows[start:start + batch_size]
@@ -149,7 +149,7 @@ class OutOfFold:
         loss = keras.ops.convert_to_numpy(model.loss(y, logits))
         correct = predicted == self.labels
         members, majority = [], []
-        for i in range(len(model.members)):
+        for i in range(len(model.backbone.members)):
             rows = self.folds == i
             members.append(round(float(correct[rows].mean()), 4) if rows.any() else None)
             counts = np.bincount(self.labels[rows]) if rows.any() else np.zeros(1)
@@ -189,8 +189,8 @@ class OutOfFold:
         the members that learned nothing, unless none learned anything; warns
         naming them.  Returns the excluded indices."""
         useless = OutOfFold.learned_nothing(scores)
-        excluded = useless if len(useless) < len(model.members) else []
-        model.exclude_members(excluded)
+        excluded = useless if len(useless) < len(model.backbone.members) else []
+        model.backbone.exclude_members(excluded)
         OutOfFold.warn_if_a_member_learned_nothing(scores, excluded)
         return excluded
 
@@ -206,12 +206,11 @@ class OutOfFoldLogs(keras.callbacks.Callback):
     those examples); place it before the callbacks that read them
     (selection, TensorBoard)."""
 
-    def __init__(self, out_of_fold, model):
+    def __init__(self, out_of_fold):
         super().__init__()
         self.out_of_fold = out_of_fold
-        self.ensemble = model  # the cross-fitted ensemble (inside the task model `fit` trains)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            scores = self.out_of_fold.scores(self.ensemble)
+            scores = self.out_of_fold.scores(self.model)
             logs["val_accuracy"], logs["val_loss"] = scores["accuracy"], scores["loss"]

@@ -386,7 +386,7 @@ class TextClassification(Task):
 
     def callbacks(self, config, model, data, logs_dir):
         if self.cross_fit_members:
-            return [classifiers.OutOfFoldLogs(self.out_of_fold(config, data), model)]
+            return [classifiers.OutOfFoldLogs(self.out_of_fold(config, data))]
         return []
 
     def fit_validates(self, config):

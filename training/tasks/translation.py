@@ -287,11 +287,11 @@ class Translation(Task):
         """Strings -> translations with the run's decoding settings: the
         serving side's traced loops (`TranslationServing.translator`), so that
         validation BLEU, selection and the test share one greedy loop."""
-        return self.serving().translator(model, beam_size, config.length_penalty)
+        return self.serving().translator(model.backbone, beam_size, config.length_penalty)
 
     def validation_score(self, config, model, data, valid):
         if not config.eval_sentences:
-            return (lambda m: -m.evaluate(valid, verbose=0, return_dict=True)["loss"],
+            return (lambda m: -m.evaluate(m.prepared(valid), verbose=0, return_dict=True)["loss"],
                     "val_loss", "min")
         n = config.eval_sentences
         translator = self.translator(config, model, beam_size=1)
@@ -369,7 +369,7 @@ class Translation(Task):
                 data.valid[0][:n], data.valid[1][:n], config.lower_case,
             ))
         callbacks.append(AttentionImages(
-            model, os.path.join(logs_dir, "attention"),
+            model.backbone, os.path.join(logs_dir, "attention"),
             *attention_example(self.tokenizer, data.valid[0][0], data.valid[1][0],
                                config.max_sequence_length),
             self.tokenizer.vocabulary,
