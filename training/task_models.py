@@ -193,11 +193,8 @@ class TaskModel(XLADropoutMixin, keras.Model):
             self.tokenizer = load_tokenizer(dir_path)
 
     def get_config(self):
-        backbone = keras.saving.serialize_keras_object(self.backbone)
-        # What compiles is the task model (`get_compile_config`); a backbone
-        # compiled too (a run's, which its task scores) loads uncompiled.
-        backbone.pop("compile_config", None)
-        return {"name": self.name, "trainable": self.trainable, "backbone": backbone}
+        return {"name": self.name, "trainable": self.trainable,
+                "backbone": keras.saving.serialize_keras_object(self.backbone)}
 
     @classmethod
     def from_config(cls, config):

@@ -122,7 +122,7 @@ def load_model_weights(model, path):
     with h5py.File(path, "r") as weights_file:
         has_optimizer = _OPTIMIZER_GROUP.rstrip("/") in weights_file
         backbone_file = isinstance(model, TaskModel) and _BACKBONE not in weights_file
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() if backbone_file else contextlib.nullcontext() as tmp:
         if backbone_file:
             path = _under_backbone(path, os.path.join(tmp, "task_model.weights.h5"))
         if has_optimizer or getattr(model, "optimizer", None) is None:
