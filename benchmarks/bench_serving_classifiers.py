@@ -171,10 +171,11 @@ def series_classifier(num_train, length, channels, classes, overrides=(), seed=0
 def requests(kind, task, model, batch, seed, language=None):
     """Inputs of one request of `batch` examples, by what a path takes:
     text {"strings", "ids" (padded to the longest), "static_ids" (to S)};
-    series {"features"}."""
+    series {"features" (B, T, C), "channels_first" (B, C, T), the SavedModel's layout}."""
     if kind == "series":
         length = int(model.max_sequence_length)
-        return {"features": random_walks(batch, length, int(model.num_features), seed)}
+        walks = random_walks(batch, length, int(model.num_features), seed)
+        return {"features": walks, "channels_first": np.ascontiguousarray(walks.transpose(0, 2, 1))}
     lengths = [TEXT_MEDIAN_WORDS] if batch == 1 else np.random.default_rng(seed).integers(
         *TEXT_WORDS_RANGE, batch)
     texts = sentences(language, lengths, seed)
@@ -217,7 +218,7 @@ def serving_paths(kind, task, config, model, export_dir, batches, verbose=True):
         paths[BASELINE] = signature("serving_default", "sentences", "strings")
         paths["saved_model:classify_ids"] = signature("classify_ids", "token_ids", "ids")
     else:
-        paths[BASELINE] = signature("serving_default", "features", "features")
+        paths[BASELINE] = signature("serving_default", "features", "channels_first")
     paths = {name: dict.fromkeys(batches, fn) for name, fn in paths.items()}
     tflite_key = "static_ids" if kind == "text" else "features"
     for quantize, name in (("none", "tflite_float32"), ("int8", "tflite_int8")):

@@ -13,7 +13,6 @@ from export.ctranslate2 import (
     import_ctranslate2,
     verify_ctranslate2,
 )
-from export.saved_model import export_saved_model
 from export.server.main import check_extra
 from export.server.main import serve as run_server
 from export.tflite import export_tflite
@@ -24,9 +23,9 @@ from training.runs.run_dir import load_run
 
 def saved_model(args):
     """Writes the run's SavedModel and prints its path."""
-    run = load_run(args.run_dir)
-    path = export_saved_model(run.model, run.config, args.output, run.task,
-                              overwrite=args.overwrite, quantize=args.quantize)
+    run = load_run(args.run_dir)  # the task model's own export, the run's config recorded
+    path = run.task_model.export(args.output, overwrite=args.overwrite,
+                                 quantize=args.quantize, config=run.config)
     print(path)
     return 0
 

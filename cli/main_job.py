@@ -20,7 +20,6 @@ import urllib.request
 
 import numpy as np
 
-from export.saved_model import export_saved_model
 from export.server.config import ModelSource, ServerOptions
 from export.server.main import INSTALL, missing_extra, start_server
 from export.server.tensors import to_json
@@ -53,8 +52,7 @@ def run_main_job(config, run_dir, overwrite=False, verbose="auto"):
     base_path = os.path.join(run_dir, "export", "saved_model")
     if os.path.isdir(base_path):
         shutil.rmtree(base_path)
-    export_dir = export_saved_model(run.model, run.config, os.path.join(base_path, "1"),
-                                    run.task)
+    export_dir = run.task_model.export(os.path.join(base_path, "1"), config=run.config)
     print(f"\n== Exported SavedModel to {export_dir} ==")
     # A few test sources when the run printed examples, else the probes
     # that verification uses.

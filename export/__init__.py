@@ -15,6 +15,7 @@ line is `cli/export_commands.py`) does not load TensorFlow.  The exporters:
 What an export serves depends on its task, a key of `training.tasks.TASKS`
 ("translation", "classification", "timeseries", or "image" for a
 `VisionTransformer`, exported through the library functions only since no
-training run makes one); the exporters ask the task for its serving module
-(`training.serving`), TFLite program and verification inputs.
+training run makes one); a SavedModel is the task model's `export`
+(`training.task_models.export_model`); the exporters ask the task for its
+TFLite program (`training.serving`) and verification inputs.
 """

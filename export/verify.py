@@ -28,6 +28,7 @@ from export.quantize import served_model
 from export.saved_model_cli import run_saved_model_cli
 from export.serving_ops import read_saved_model
 from export.tflite_verify import verify_tflite
+from training.runs.predict import serving_for_export
 from training.tasks.base import serving_of
 
 
@@ -181,7 +182,7 @@ def verify_saved_model(
     outside this process and compares it with Keras.
 
     Args:
-        saved_model_dir: An export of `export.saved_model.export_saved_model`.
+        saved_model_dir: A SavedModel export (`TaskModel.export`).
         model: The Keras model it was exported from.
         task: Its `training.tasks.Task` (tokenizer and class names
             included), as given to the export.
@@ -195,7 +196,7 @@ def verify_saved_model(
         `saved_model_cli` (lists of differences, empty when they agree, or
         None when skipped) and `ok`.
     """
-    serving = serving_of(task)
+    serving = serving_for_export(serving_of(task), saved_model_dir)
     if examples is None:
         examples = serving.probe_inputs(model)
     inputs = serving.serving_inputs(examples)

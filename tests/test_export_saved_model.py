@@ -36,6 +36,7 @@ from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier
 from training.data.manifest import check_saved_model_export
 from training.serving.inputs import PROBES
+from training.task_models import TimeSeriesClassifier
 from training.tasks import get_task
 from training.text.detokenize import detokenize_punctuation
 from training.text.tokenizers import WordPieceTokenizer
@@ -204,7 +205,7 @@ def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
 
     series = np.random.default_rng(0).standard_normal((3, 20, 2)).astype(np.float32)
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
-        features=series
+        features=series.transpose(0, 2, 1)  # (B, F, T): channels first, as aeon's
     )
     expected = reference_outputs(numeric_classifier, get_task("timeseries"), series)
     assert got["probabilities"].shape == (3, 1)
@@ -295,29 +296,44 @@ def test_cli_help_lists_the_subcommands():
         assert command in result.stdout
 
 
-def test_cli_saved_model_uses_the_run_dir(
+def _fake_run(model, config, run_dir, label_names=None):
+    """What the export commands read of a loaded run."""
+    return types.SimpleNamespace(
+        task=get_task("timeseries", label_names=label_names), model=model, config=config,
+        run_dir=str(run_dir), task_model=TimeSeriesClassifier(model, label_names),
+    )  # fmt: skip
+
+
+def test_cli_saved_model_is_the_task_models_export(
     numeric_classifier, tmp_path, monkeypatch, capsys
 ):
-    run = types.SimpleNamespace(
-        task=get_task("timeseries", label_names=["no", "yes"]), model=numeric_classifier,
-        config={"seed": 1}, run_dir=str(tmp_path / "run"),
-    )  # fmt: skip
+    """`python -m export saved-model` writes the run's task model's `export`,
+    the run's config recorded: it answers as the export Python writes of the
+    same model, series channels first in both."""
+    run = _fake_run(numeric_classifier, {"seed": 1}, tmp_path / "run", ["no", "yes"])
     monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     output = str(tmp_path / "export")
     assert export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 0
-    assert os.path.isfile(os.path.join(output, "saved_model.pb"))
     assert export_commands.main(["saved-model", "--run-dir", run.run_dir, "--output", output]) == 2
     assert "already exists" in capsys.readouterr().err
+    with open(os.path.join(output, "assets", "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert config["seed"] == 1 and config["series_layout"] == "channels_first"
+
+    python = TimeSeriesClassifier(numeric_classifier, ["no", "yes"]).export(tmp_path / "python")
+    series = np.random.default_rng(1).standard_normal((4, 2, 20)).astype(np.float32)
+    series[1, :, 12:] = np.nan  # a shorter series, padded
+    answers = [tf.saved_model.load(path).signatures["serving_default"](features=series)
+               for path in (output, python)]
+    np.testing.assert_array_equal(*(a["probabilities"].numpy() for a in answers))
+    assert answers[0]["labels"].numpy().tolist() == answers[1]["labels"].numpy().tolist()
 
 
 @pytest.mark.slow
 def test_cli_verify_checks_saved_model_and_tflite(
     numeric_classifier, tmp_path, monkeypatch, capsys
 ):
-    run = types.SimpleNamespace(
-        task=get_task("timeseries"), model=numeric_classifier, config={},
-        run_dir=str(tmp_path / "run"),
-    )  # fmt: skip
+    run = _fake_run(numeric_classifier, {}, tmp_path / "run")
     monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     saved_model, tflite = str(tmp_path / "export"), str(tmp_path / "model.tflite")
     assert (

@@ -18,12 +18,13 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from sklearn.datasets import load_digits
 
-from export.saved_model import build_serving_module, export_saved_model
+from export.saved_model import export_saved_model
 from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier, VisionTransformer
+from training.serving.signatures import ClassifierModule
 from training.tasks import get_task
 
 LABEL_NAMES = ("zero", "one", "two")
@@ -136,9 +137,7 @@ def test_wrong_image_shape_is_refused_at_the_signature(export_dir):
 
 
 def test_default_label_names_are_class_indices(vit, images):
-    serving = build_serving_module(vit, get_task("image")).signatures()[
-        "serving_default"
-    ]
+    serving = ClassifierModule(vit).signatures()["serving_default"]
     labels = serving(images=tf.constant(images))["labels"].numpy()
     expected = reference_outputs(vit, get_task("image"), images)["labels"]
     assert set(labels) <= {b"0", b"1", b"2"} and list(labels) == list(expected)

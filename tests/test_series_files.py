@@ -281,7 +281,7 @@ def test_multivariate_classifier_exports_equal_keras(tmp_path):
     task = get_task("timeseries", label_names=names)
     target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
-        features=tf.constant(series))
+        features=tf.constant(series.transpose(0, 2, 1)))  # channels first
     expected = reference_outputs(model, task, series)
     assert got["probabilities"].shape == (5, 2)
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []

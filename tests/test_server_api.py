@@ -101,8 +101,8 @@ def test_predict_with_ids_and_the_classifier(http):
 
 
 def test_series_with_missing_values_and_images(http):
-    series = [[[0.1], [0.5], [float("nan")], [0.3], [0.2], [0.9]],
-              [[1.0], [0.0], [0.4], [0.4], [0.8], [0.1]]]
+    series = [[[0.1, 0.5, float("nan"), 0.3, 0.2, 0.9]],  # (B, F, T), channels first
+              [[1.0, 0.0, 0.4, 0.4, 0.8, 0.1]]]
     # NaN (a missing value) travels as TensorFlow Serving writes it: a bare NaN.
     body = json.dumps({"instances": series}, allow_nan=True).encode()
     assert b"NaN" in body

@@ -72,7 +72,7 @@ def test_the_page_translates_a_typed_sentence_and_shows_the_time(tmp_path):
         _pick(browser, "series")  # a pasted series, a missing value in it
         status, output = _send(browser, "0.1 0.5 nan 0.3 0.2 0.9\n1, 0, 0.4, 0.4, 0.8, 0.1")
         series = np.array([[0.1, 0.5, np.nan, 0.3, 0.2, 0.9], [1, 0, 0.4, 0.4, 0.8, 0.1]],
-                          np.float32)[..., None]
+                          np.float32)[:, None]  # (B, F, T): the export takes channels first
         reference = expected("series", "serving_default", {"features": series})
         assert status.startswith("200 in "), (status, output)
         assert [p["labels"] for p in json.loads(output)] == [

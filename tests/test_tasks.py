@@ -36,7 +36,7 @@ from training.tasks.translation import final_length_share, held_out_pairs
 TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
                   "loss_and_metrics", "validation_score", "evaluate_test")
 SERVING_HOOKS = ("parse_input", "outputs", "format_outputs", "serving_inputs",
-                "serving_module", "tflite_model", "probe_inputs")
+                "tflite_model", "probe_inputs")
 
 
 def test_registry_keys_are_the_task_names_and_config_lists_the_trained_ones():

@@ -306,9 +306,8 @@ class SeriesClassifier(ClassifierMixin, BaseEstimator):
         `probabilities` `(B, n_classes)` in `classes_` order and `labels`
         `(B,)` tf.string (each class as text); returns the export's path.
 
-        The rest is the command line's export of the same run
-        (`python -m export saved-model --run-dir`), whose signature takes
-        `(B, length, n_channels)`.
+        It is the command line's export of the same run
+        (`python -m export saved-model --run-dir`).
         """
         check_is_fitted(self)
         return self.task_model_.export(path, overwrite=overwrite)

@@ -60,7 +60,8 @@ from training.optimization.losses import (
     SparseSmoothedCrossentropy,
 )
 from training.optimization.schedule import paper_optimizer
-from training.serving.saved_model import write_saved_model
+from training.serving.quantize import check_saved_model_quantize, int8_tables
+from training.serving.saved_model import REPLACEABLE, check_config, write_saved_model
 from training.serving.signatures import (
     BEAM_SIZE,
     LENGTH_PENALTY,
@@ -201,6 +202,38 @@ class TaskModel(XLADropoutMixin, keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+    def export(self, path, overwrite=False, quantize="none", config=None):
+        """Writes this model's SavedModel, strings (or series) in, atomically;
+        returns its absolute path.  `python -m export saved-model` writes a
+        run's through this method.
+
+        Its signatures are its `_export_module`'s; `assets/` holds the
+        tokenizer, `labels.txt` and `config.json` (the export's settings:
+        `task`, `max_sequence_length`, the backbone's Keras config as
+        `keras_model`), read by `python -m export serve` and `predict --saved-model`.
+
+        Args:
+            path: Target directory.
+            overwrite: Replace a SavedModel export there (nothing else).
+            quantize: "none", or "int8" for a classifier: its embedding
+                tables in int8 with a float32 scale per row
+                (`training.serving.quantize.int8_tables`).
+            config: Settings recorded with the export's own in
+                `config.json` (a run's configuration); the export's own win.
+        """
+        check_target(path, overwrite, REPLACEABLE)  # before any work
+        check_saved_model_quantize(quantize, self.backbone)
+        backbone = int8_tables(self.backbone) if quantize == "int8" else self.backbone
+        module, settings = self._export_module(backbone)
+        settings = {**check_config(config or {}), **settings,
+                    "keras_model": keras.saving.serialize_keras_object(self.backbone)}
+        return write_saved_model(module, path, settings, self.tokenizer,
+                                 getattr(self, "label_names", None), overwrite, quantize)
+
+    def _export_module(self, backbone):
+        """(the serving `tf.Module` of `backbone`, the export's own settings)."""
+        raise NotImplementedError
 
     def export_tflite(self, path, quantize="none", overwrite=False, sequence_length=None,
                       batch_size=1):
@@ -382,16 +415,12 @@ class TextClassifier(_Classifier):
         dataset = dataset.batch(batch_size or BATCH_SIZE)
         return dataset.map(lambda s, *rest: (self.token_ids(s), *rest))
 
-    def export(self, path, overwrite=False):
-        """Writes the SavedModel `python -m export saved-model` writes for a
-        text classifier: `serving_default` (`sentences` tf.string `(B,)` ->
-        `labels`, `probabilities`) and `classify_ids`; returns its path."""
+    def _export_module(self, backbone):
+        """`serving_default` (`sentences` tf.string `(B,)` -> `labels`,
+        `probabilities`) and `classify_ids`."""
         self._check_tokenizer()
-        module = ClassifierModule(self.backbone, self.tokenizer, self.label_names)
-        config = {"task": "classification", "max_sequence_length": self.sequence_length,
-                  "model": keras.saving.serialize_keras_object(self.backbone)}
-        return write_saved_model(module, path, config, self.tokenizer, self.label_names,
-                                 overwrite)
+        module = ClassifierModule(backbone, self.tokenizer, self.label_names)
+        return module, {"task": "classification", "max_sequence_length": self.sequence_length}
 
     def get_config(self):
         return {**super().get_config(), "label_names": list(self.label_names),
@@ -460,14 +489,12 @@ class TimeSeriesClassifier(_Classifier):
             dataset = dataset.shuffle(len(columns[0]))
         return dataset.batch(batch_size or BATCH_SIZE)
 
-    def export(self, path, overwrite=False):
-        """Writes a SavedModel whose `serving_default` takes `features` float32
-        `(B, n_channels, length)` and returns `labels` and `probabilities`."""
-        module = ClassifierModule(self.backbone, None, self.label_names, channels_first=True)
-        config = {"task": "timeseries", "series_layout": "channels_first",
-                  "max_sequence_length": int(self.backbone.max_sequence_length),
-                  "model": keras.saving.serialize_keras_object(self.backbone)}
-        return write_saved_model(module, path, config, None, self.label_names, overwrite)
+    def _export_module(self, backbone):
+        """`serving_default`: `features` float32 `(B, n_channels, length)` ->
+        `labels` and `probabilities`."""
+        module = ClassifierModule(backbone, None, self.label_names, channels_first=True)
+        return module, {"task": "timeseries", "series_layout": "channels_first",
+                        "max_sequence_length": int(backbone.max_sequence_length)}
 
     def get_config(self):
         return {**super().get_config(), "label_names": list(self.label_names)}
@@ -601,17 +628,13 @@ class Translator(TaskModel):
 
     generate = translate
 
-    def export(self, path, overwrite=False):
-        """Writes the SavedModel `python -m export saved-model` writes for a
-        translator (`serving_default`, `translate_ids`, `translate_xla`,
-        `translate_beam` with `BEAM_SIZE` beams, `translate_beam_xla`);
-        returns its path."""
+    def _export_module(self, backbone):
+        """`serving_default`, `translate_ids`, `translate_xla`, `translate_beam`
+        with `BEAM_SIZE` beams and `translate_beam_xla`."""
         self._check_tokenizer()
-        module = TranslatorModule(self.backbone, self.tokenizer)
-        config = {"task": "translation", "max_sequence_length": self.sequence_length,
-                  "beam_size": BEAM_SIZE, "length_penalty": LENGTH_PENALTY,
-                  "model": keras.saving.serialize_keras_object(self.backbone)}
-        return write_saved_model(module, path, config, self.tokenizer, None, overwrite)
+        module = TranslatorModule(backbone, self.tokenizer)
+        return module, {"task": "translation", "max_sequence_length": self.sequence_length,
+                        "beam_size": BEAM_SIZE, "length_penalty": LENGTH_PENALTY}
 
 
 def task_model_for(model, tokenizer=None, label_names=None):
@@ -628,41 +651,46 @@ def task_model_for(model, tokenizer=None, label_names=None):
     return None
 
 
-def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=False):
+def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=False,
+                 quantize="none", config=None):
     """Writes a SavedModel of any Keras model, atomically; returns its path.
 
-    - a task model (`TextClassifier`, `Translator`): its own `export`;
-    - a library `Transformer` with its `tokenizer`: a `Translator`'s;
-    - a library text classifier with its `tokenizer` (and `label_names`):
-      a `TextClassifier`'s; a series or image classifier: the command
-      line's `features` / `images` signature, with `label_names`;
+    - a task model (`TextClassifier`, `TimeSeriesClassifier`, `Translator`):
+      its own `export`;
+    - a library backbone: its task model's (`task_model_for`, with
+      `tokenizer` and `label_names`): a `Transformer` needs its tokenizer,
+      a series classifier takes `(B, n_channels, length)`; an image
+      classifier: `images` `(B, H, W, C)`;
     - any other Keras model (a user's functional classifier): its inputs'
       typed signature (`training.serving.signatures.KerasModelModule`),
       `labels` too with `label_names`.
 
-    The layout, manifest and atomic write are `write_saved_model`'s; the
-    command line's `export saved-model` writes the same signatures.
+    `quantize` and `config` as `TaskModel.export`'s.  The layout, manifest
+    and atomic write are `write_saved_model`'s; `python -m export
+    saved-model` writes a run's model through this function.
     """
+    if isinstance(model, Transformer) and tokenizer is None:
+        raise ValueError("A Transformer exports with its tokenizer; received tokenizer=None.")
+    if isinstance(model, CLASSIFIERS + (Transformer,)):
+        model = task_model_for(model, tokenizer, label_names)
     if isinstance(model, TaskModel):
-        return model.export(export_dir, overwrite=overwrite)
-    if isinstance(model, Transformer):
-        if tokenizer is None:
-            raise ValueError("A Transformer exports with its tokenizer; received tokenizer=None.")
-        return Translator(model, tokenizer).export(export_dir, overwrite=overwrite)
-    if isinstance(model, CLASSIFIERS + (VisionTransformer,)):
-        if tokenizer is not None:
-            return TextClassifier(model, tokenizer, label_names).export(export_dir, overwrite)
-        module = ClassifierModule(model, None, label_names)
-        task = "image" if module.image_input else "timeseries"
-        config = {"task": task, "max_sequence_length": getattr(model, "max_sequence_length", None),
-                  "model": keras.saving.serialize_keras_object(model)}
-        return write_saved_model(module, export_dir, config, None,
-                                 class_names(model, label_names), overwrite)
+        return model.export(export_dir, overwrite=overwrite, quantize=quantize, config=config)
     if not isinstance(model, keras.Model):
         raise ValueError(f"model must be a Keras model; received {type(model).__name__}.")
-    module = KerasModelModule(model, label_names)
-    config = {"task": "keras_model", "model": keras.saving.serialize_keras_object(model)}
-    return write_saved_model(module, export_dir, config, None, label_names, overwrite)
+    check_target(export_dir, overwrite, REPLACEABLE)
+    check_saved_model_quantize(quantize, model)
+    served = int8_tables(model) if quantize == "int8" else model
+    if isinstance(model, VisionTransformer):
+        module = ClassifierModule(served, None, label_names)
+        label_names = class_names(model, label_names)
+        settings = {"task": "image"}
+    else:
+        module = KerasModelModule(served, label_names)
+        settings = {"task": "keras_model"}
+    settings = {**check_config(config or {}), **settings,
+                "keras_model": keras.saving.serialize_keras_object(model)}
+    return write_saved_model(module, export_dir, settings, None, label_names, overwrite,
+                             quantize)
 
 
 def export_model_tflite(model, path, quantize="none", overwrite=False, sequence_length=None,

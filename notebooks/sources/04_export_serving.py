@@ -115,7 +115,8 @@ print(f"{os.path.getsize(WORK / 'translator.keras'):,} B; reloaded translates th
 # directory `translator/1` is the layout TensorFlow Serving expects: a model
 # name, then a version number. The command line's batch version,
 # `python -m export saved-model --run-dir RUN`, writes the same signatures
-# from the run (`export_saved_model`, with the run's whole config).
+# from the run, through the same `export` (the run's task model, its whole
+# config recorded).
 
 # %%
 EXPORT = WORK / "models" / "translator" / "1"

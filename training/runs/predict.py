@@ -33,6 +33,8 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 from training.data import series_files
 from training.data.manifest import check_saved_model_export
 from training.data.readers import no_file, read_lines
+from training.serving.inputs import SeriesInputs
+from training.serving.task_serving import ClassifierServing
 from training.tasks import get_task
 
 
@@ -101,14 +103,15 @@ class SavedModelPredictor:
     """An exported SavedModel and its task, loaded once for many `predict` calls.
 
     Args:
-        export_dir: A SavedModel of `export.saved_model.export_saved_model`.
+        export_dir: A SavedModel export (`training.task_models.TaskModel.export`).
         task: The task name; by default the `task` of its `assets/config.json`.
     """
 
     def __init__(self, export_dir, task=None):
         self.export_dir = os.fspath(export_dir)
         check_saved_model_export(self.export_dir)  # its manifest, before anything is read
-        self.serving = get_task(task or _exported_task(self.export_dir)).serving()
+        serving = get_task(task or _exported_task(self.export_dir)).serving()
+        self.serving = serving_for_export(serving, self.export_dir)
         self.loaded = load_saved_model(self.export_dir)
 
     def predict(self, inputs, beam_size=1, batch_size=64):
@@ -184,7 +187,8 @@ def _saved_model_errors(export_dir):
         ) from None
 
 
-def _exported_task(export_dir):
+def _exported_settings(export_dir):
+    """The export's `assets/config.json` ({} where it is not a JSON object)."""
     path = os.path.join(export_dir, "assets", "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No SavedModel config at {path!r}; is {export_dir!r} an export?")
@@ -194,8 +198,26 @@ def _exported_task(export_dir):
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path!r} is not a readable config ({error}); export "
                          f"{export_dir!r} again.") from None
-    name = values.get("task") if isinstance(values, dict) else None
+    return values if isinstance(values, dict) else {}
+
+
+def serving_for_export(serving, export_dir):
+    """`serving` (a task's serving side), its series laid out as the export
+    at `export_dir` takes them: channels first where its config says so,
+    else `(B, T, F)`, as exports took series before (a new serving side
+    where the layouts differ)."""
+    inputs = getattr(serving, "inputs", None)
+    if isinstance(inputs, SeriesInputs):
+        channels_first = _exported_settings(export_dir).get("series_layout") == "channels_first"
+        if channels_first != inputs.channels_first:
+            return ClassifierServing.for_series(serving.label_names, serving.name, channels_first)
+    return serving
+
+
+def _exported_task(export_dir):
+    name = _exported_settings(export_dir).get("task")
     if name is None:
+        path = os.path.join(export_dir, "assets", "config.json")
         raise ValueError(f"{path!r} names no task; pass the task (--task).")
     return name
 

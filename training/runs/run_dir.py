@@ -556,9 +556,9 @@ class Run:
 
     `task` is the run's `training.tasks.Task`, its tokenizer and class
     names loaded from the run directory; `predict` answers raw inputs
-    through its serving side (`serving`, `training.runs.predict`), and the
-    exporters take the task as it is (`export.saved_model.export_saved_model(run.model, run.config, path,
-    run.task)`).
+    through its serving side (`serving`, `training.runs.predict`);
+    `task_model.export(path, config=config)` writes its SavedModel, as
+    `python -m export saved-model` does.
     """
 
     run_dir: str

@@ -100,11 +100,20 @@ def _number(text):
 
 class SeriesInputs:
     """Series `(T, F)` float32, NaN-padded to the longest of a batch and cut
-    to the model's `max_sequence_length` steps, as served."""
+    to the model's `max_sequence_length` steps, as served.
+
+    Args:
+        channels_first: The export takes `(B, F, T)` (aeon's and sktime's
+            layout, `TimeSeriesClassifier.export`'s); False for `(B, T, F)`,
+            the layout of exports written before series exports took it.
+    """
 
     #: Series are masked (NaN padding): any lengths share a batch.
     same_key_batches = False
     tokenizer = None
+
+    def __init__(self, channels_first=True):
+        self.channels_first = bool(channels_first)
 
     def parse(self, example):
         """A series `(T, F)` float32: an array (`(T,)` is one feature), or a line
@@ -151,7 +160,8 @@ class SeriesInputs:
         return features
 
     def serving_inputs(self, examples):
-        return {"features": series_files.pad_series(list(examples))}
+        features = series_files.pad_series(list(examples))  # (B, T, F)
+        return {"features": features.transpose(0, 2, 1) if self.channels_first else features}
 
     def probes(self, model, num_examples, seed):
         """Standard normal series of min(16, `max_sequence_length`) steps, the

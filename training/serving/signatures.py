@@ -405,9 +405,9 @@ class ClassifierModule(tf.Module):
         else:
             self.max_sequence_length = int(model.max_sequence_length)
             self.num_features = model.num_features
-            shape = ([None, self.num_features, None] if self.channels_first
-                     else [None, None, self.num_features])
-            spec = tf.TensorSpec(shape, tf.float32, name="features")
+            self.series_shape = ([None, self.num_features, None] if self.channels_first
+                                 else [None, None, self.num_features])
+            spec = tf.TensorSpec(self.series_shape, tf.float32, name="features")
             self.classify_features = tf.function(
                 self._classify_features, input_signature=[spec]
             )
@@ -446,6 +446,8 @@ class ClassifierModule(tf.Module):
         return self._outputs(fill_empty_rows(_at_least_one_column(ids)))
 
     def _classify_features(self, features):
+        # Checked, as images are: a series laid out the other way is refused here.
+        features = tf.ensure_shape(features, self.series_shape)
         if self.channels_first:  # (B, C, T), as aeon and sktime lay series out
             features = tf.transpose(features, [0, 2, 1])
         return self._outputs(features[:, : self.max_sequence_length])

@@ -20,7 +20,7 @@ the kind of problem.
 |---|---|
 | `parse_input`, `batch_key`, `same_key_batches`, `outputs`, `format_outputs` | `training.runs.predict` (a run's Keras model) |
 | `signature_name`, `serving_inputs` | `training.runs.predict` (a SavedModel), `export.verify` |
-| `check_model`, `serving_module`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
+| `check_model`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
 """
 
 import numpy as np
@@ -105,10 +105,6 @@ class Serving:
         """{signature input key: array} of parsed `examples`."""
         raise NotImplementedError
 
-    def serving_module(self, model):
-        """The inference `tf.Module` a SavedModel serves (`training.serving.signatures`)."""
-        raise NotImplementedError
-
     def class_names(self, model):
         """The served class names (`labels.txt`), or None without classes."""
         return None
@@ -180,11 +176,6 @@ class TranslationServing(Serving):
     def serving_inputs(self, examples):
         return {"sentences": np.asarray(list(examples), dtype=object)}
 
-    def serving_module(self, model):
-        if self.tokenizer is None:
-            raise ValueError(f"task={self.name!r} needs the tokenizer; received tokenizer=None.")
-        return signatures.TranslatorModule(model, self.tokenizer)
-
     def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
         return tflite_programs.translator_tflite(model, quantize, sequence_length, batch_size)
 
@@ -223,8 +214,8 @@ class ClassifierServing(Serving):
         return cls(TextInputs(tokenizer), label_names, name)
 
     @classmethod
-    def for_series(cls, label_names=None, name="timeseries"):
-        return cls(SeriesInputs(), label_names, name)
+    def for_series(cls, label_names=None, name="timeseries", channels_first=True):
+        return cls(SeriesInputs(channels_first), label_names, name)
 
     @classmethod
     def for_images(cls, label_names=None, name="image"):
@@ -271,10 +262,6 @@ class ClassifierServing(Serving):
 
     def serving_inputs(self, examples):
         return self.inputs.serving_inputs(examples)
-
-    def serving_module(self, model):
-        """`training.serving.signatures.ClassifierModule` with the class names."""
-        return signatures.ClassifierModule(model, self.tokenizer, self.class_names(model))
 
     def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
         """`training.serving.tflite_programs.classifier_tflite`: inputs -> probabilities."""
