@@ -222,14 +222,8 @@ class TaskModel(XLADropoutMixin, keras.Model):
             config: Settings recorded with the export's own in
                 `config.json` (a run's configuration); the export's own win.
         """
-        check_target(path, overwrite, REPLACEABLE)  # before any work
-        check_saved_model_quantize(quantize, self.backbone)
-        backbone = int8_tables(self.backbone) if quantize == "int8" else self.backbone
-        module, settings = self._export_module(backbone)
-        settings = {**check_config(config or {}), **settings,
-                    "keras_model": keras.saving.serialize_keras_object(self.backbone)}
-        return write_saved_model(module, path, settings, self.tokenizer,
-                                 getattr(self, "label_names", None), overwrite, quantize)
+        return _write_export(self.backbone, self._export_module, path, self.tokenizer,
+                             getattr(self, "label_names", None), overwrite, quantize, config)
 
     def _export_module(self, backbone):
         """(the serving `tf.Module` of `backbone`, the export's own settings)."""
@@ -677,19 +671,29 @@ def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=
         return model.export(export_dir, overwrite=overwrite, quantize=quantize, config=config)
     if not isinstance(model, keras.Model):
         raise ValueError(f"model must be a Keras model; received {type(model).__name__}.")
-    check_target(export_dir, overwrite, REPLACEABLE)
-    check_saved_model_quantize(quantize, model)
-    served = int8_tables(model) if quantize == "int8" else model
     if isinstance(model, VisionTransformer):
-        module = ClassifierModule(served, None, label_names)
-        label_names = class_names(model, label_names)
-        settings = {"task": "image"}
+        label_names = class_names(model, label_names)  # labels.txt names every class
+
+        def export_module(served):
+            return ClassifierModule(served, None, label_names), {"task": "image"}
     else:
-        module = KerasModelModule(served, label_names)
-        settings = {"task": "keras_model"}
+        def export_module(served):
+            return KerasModelModule(served, label_names), {"task": "keras_model"}
+    return _write_export(model, export_module, export_dir, None, label_names, overwrite,
+                         quantize, config)
+
+
+def _write_export(model, export_module, path, tokenizer, label_names, overwrite, quantize,
+                  config):
+    """The one SavedModel writer of `TaskModel.export` and `export_model`:
+    `export_module(model, or its int8 tables)` -> (module, settings), the
+    settings recorded over `config` with `model`'s Keras config."""
+    check_target(path, overwrite, REPLACEABLE)  # before any work
+    check_saved_model_quantize(quantize, model)
+    module, settings = export_module(int8_tables(model) if quantize == "int8" else model)
     settings = {**check_config(config or {}), **settings,
                 "keras_model": keras.saving.serialize_keras_object(model)}
-    return write_saved_model(module, export_dir, settings, None, label_names, overwrite,
+    return write_saved_model(module, path, settings, tokenizer, label_names, overwrite,
                              quantize)
 
 
