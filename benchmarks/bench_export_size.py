@@ -4,9 +4,9 @@ For a run directory of a classification preset (`trec`, `sst2`, ...):
 
 - the run directory, `model.keras`, the epoch checkpoints and the resume
   checkpoint, in MB;
-- the SavedModel (`export.saved_model.export_saved_model`), float32 and
+- the SavedModel (the run's task model's `export`), float32 and
   with its embedding tables in int8 (`quantize="int8"`), and the `.tflite`
-  file of each weight type (`export.tflite.export_tflite`: none, float16,
+  file of each weight type (its `export_tflite`: none, float16,
   int8), in MB;
 - test accuracy on the run's own test split: the Keras model (as `train`
   measured it), each SavedModel reloaded and fed the raw test strings, and
@@ -25,8 +25,6 @@ import tempfile
 import common
 import numpy as np
 
-from export.saved_model import export_saved_model
-from export.tflite import export_tflite
 from export.tflite_verify import _model_inputs, _run
 from training.config import TrainingConfig
 from training.runs.run_dir import load_run
@@ -94,14 +92,14 @@ def main():
                                    ).argmax(-1)
         for quantize in ("none", "int8"):
             name = f"saved_model_{quantize}"
-            saved = export_saved_model(run.model, run.config, os.path.join(scratch, name),
-                                       run.task, quantize=quantize)
+            saved = run.task_model.export(os.path.join(scratch, name), quantize=quantize,
+                                          config=run.config)
             sizes[name] = _size(saved)
             accuracy[name], agreement[name] = _saved_model_accuracy(
                 saved, list(texts), labels, keras_answers)
         for quantize in QUANTIZATIONS:
-            path = export_tflite(run.model, os.path.join(scratch, f"{quantize}.tflite"),
-                                 run.task, quantize=quantize)
+            path = run.task_model.export_tflite(os.path.join(scratch, f"{quantize}.tflite"),
+                                                quantize=quantize)
             sizes[f"tflite_{quantize}"] = _size(path)
             accuracy[f"tflite_{quantize}"], agreement[f"tflite_{quantize}"] = _tflite_accuracy(
                 path, run.model, texts, labels, run.tokenizer)

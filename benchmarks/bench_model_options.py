@@ -37,8 +37,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.tasks import get_task
-
 MODELS = {
     "paper": {},
     "pre_ln_gelu": {"normalize_first": True, "activation": "gelu"},
@@ -53,13 +51,12 @@ TARGET = 1.1
 
 def exported(options, sizes, tokenizer, directory):
     """The reloaded SavedModel of a seeded Transformer with `options`."""
-    from export.saved_model import export_saved_model
+    from export.saved_model import export_model
     from keras_transformer.models import Transformer
 
     keras.utils.set_random_seed(0)
     model = Transformer(vocabulary_size=tokenizer.vocabulary_size, **sizes, **options)
-    task = get_task("translation", tokenizer=tokenizer)
-    export_saved_model(model, {"benchmark": True}, directory, task)
+    export_model(model, directory, tokenizer, config={"benchmark": True})
     return tf.saved_model.load(directory)
 
 

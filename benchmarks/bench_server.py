@@ -2,7 +2,7 @@
 
 The translator of `bench_serving.py` (random weights, N=3, d_model 256,
 8,000 pieces, sources of 20 pieces decoded to 64 tokens), exported with
-`export.saved_model.export_saved_model` into `translator/1`, is served by
+`export.saved_model.export_model` into `translator/1`, is served by
 `python -m export serve` in a process of its own (batching: at most 32
 rows, 5 ms, 2 batches queued, one batch thread; every XLA bucket compiled
 before it is ready), on 127.0.0.1.  Each round, interleaved:
@@ -105,7 +105,7 @@ class ServerProcess:
 
 def build(quick, directory):
     """The export (base path), its loaded signature, tokenizer, sizes and CTranslate2 worker."""
-    from export.saved_model import export_saved_model
+    from export.saved_model import export_model
     from keras_transformer.models import Transformer
     from training.tasks import get_task
 
@@ -117,7 +117,7 @@ def build(quick, directory):
     keras.utils.set_random_seed(0)
     model = Transformer(vocabulary_size=tokenizer.vocabulary_size, **sizes)
     base = os.path.join(directory, "translator")
-    export_saved_model(model, {"benchmark": True}, os.path.join(base, "1"), task)
+    export_model(model, os.path.join(base, "1"), tokenizer, config={"benchmark": True})
     signature = tf.saved_model.load(os.path.join(base, "1")).signatures[SIGNATURE]
     worker = None
     try:

@@ -148,10 +148,10 @@ def exports(model, task, directory):
     """The SavedModel (loaded) and CTranslate2 exports of `model`: the
     latter as {quantization: CTranslate2Worker}, empty where ctranslate2
     is not installed."""
-    from export.saved_model import export_saved_model
+    from export.saved_model import export_model
 
     saved = os.path.join(directory, "saved_model")
-    export_saved_model(model, {"benchmark": True}, saved, task)
+    export_model(model, saved, task.tokenizer, config={"benchmark": True})
     loaded = tf.saved_model.load(saved)
     workers = {}
     try:
@@ -306,7 +306,6 @@ def check_agreement(search, candidates, tokenizer, ct2, vocabulary):
 def quality(args):
     """Each path's BLEU on a trained run's test set, and its agreement with Keras."""
     from export.ctranslate2 import export_ctranslate2, verify_ctranslate2
-    from export.saved_model import export_saved_model
     from training.data.readers import read_lines
     from training.monitor.evaluation import Translator, bleu_scores
     from training.runs.predict import answer_in_batches
@@ -326,7 +325,7 @@ def quality(args):
     language = config.get("target_language")
     msl = int(model.config.max_sequence_length)
     directory = tempfile.mkdtemp(prefix="kt_serving_quality_")
-    saved = export_saved_model(model, config, os.path.join(directory, "saved_model"), task)
+    saved = run.task_model.export(os.path.join(directory, "saved_model"), config=config)
     signatures = tf.saved_model.load(saved).signatures
     outputs = {}
     for beam_size, search in ((1, "greedy"), (BEAM, "beam4")):

@@ -31,7 +31,7 @@ examples), all after one untimed call:
   keras                         `model(inputs, training=False)` and
                                 `model.probabilities` in a `tf.function`,
                                 in this process (token ids / features).
-  saved_model:serving_default   `export.saved_model.export_saved_model`,
+  saved_model:serving_default   `export.saved_model.export_model`,
                                 reloaded with `tf.saved_model.load`: raw
                                 strings (tokenized in its graph) / features.
   saved_model:classify_ids      (text) the same SavedModel's token-ids
@@ -192,12 +192,12 @@ def serving_paths(kind, task, config, model, export_dir, batches, verbose=True):
     SavedModel (written, then reloaded)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.saved_model import export_saved_model
+    from export.saved_model import export_model
     from training.serving.tflite_programs import classifier_tflite
 
     seconds, sizes = {}, {}
     start = time.perf_counter()
-    export_saved_model(model, config.to_dict(), export_dir, task)
+    export_model(model, export_dir, task.tokenizer, task.label_names, config=config.to_dict())
     loaded = tf.saved_model.load(export_dir)
     seconds["saved_model"] = time.perf_counter() - start
     if verbose:

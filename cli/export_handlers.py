@@ -15,7 +15,6 @@ from export.ctranslate2 import (
 )
 from export.server.main import check_extra
 from export.server.main import serve as run_server
-from export.tflite import export_tflite
 from export.verify import verify_run_exports
 from training.runs.predict import check_saved_model
 from training.runs.run_dir import load_run
@@ -37,8 +36,8 @@ def tflite(args):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be a positive integer; received {flag} {value}.")
     run = load_run(args.run_dir)
-    path = export_tflite(
-        run.model, args.output, run.task, quantize=args.quantize, overwrite=args.overwrite,
+    path = run.task_model.export_tflite(
+        args.output, quantize=args.quantize, overwrite=args.overwrite,
         sequence_length=args.sequence_length, batch_size=args.batch_size,
     )  # fmt: skip
     print(path)

@@ -3,8 +3,10 @@
 This file imports nothing, so that `python -m export --help` (the command
 line is `cli/export_commands.py`) does not load TensorFlow.  The exporters:
 
-- `export.saved_model.export_saved_model`: strings-in SavedModel, atomic.
-- `export.tflite.export_tflite`: classifier / greedy translator `.tflite`.
+- `export.saved_model.export_model`: strings-in SavedModel of any Keras
+  model (a task model's own `export`), atomic.
+- `export.tflite.export_model_tflite`: the `.tflite` file of any Keras
+  model (a classifier, a greedy translator, a user's own).
 - `export.tflite_verify.verify_tflite`: LiteRT interpreter vs Keras.
 - `export.verify.verify_saved_model`: fresh process and `saved_model_cli`
   vs Keras.
@@ -12,10 +14,10 @@ line is `cli/export_commands.py`) does not load TensorFlow.  The exporters:
   model directory (the `ctranslate2` extra), `CTranslate2Translator` to
   run it with our tokenizer, `verify_ctranslate2` against Keras.
 
-What an export serves depends on its task, a key of `training.tasks.TASKS`
-("translation", "classification", "timeseries", or "image" for a
-`VisionTransformer`, exported through the library functions only since no
-training run makes one); a SavedModel is the task model's `export`
-(`training.task_models.export_model`); the exporters ask the task for its
-TFLite program (`training.serving`) and verification inputs.
+The exporters take a model, never a task or a config: what an export
+serves follows from the model (a `Translator` or `Transformer`, a text or
+series classifier, a `VisionTransformer`, or any other Keras model's typed
+inputs), a backbone's preprocessing given beside it (`tokenizer`,
+`label_names`).  Verification still reads a run's task for its reference
+outputs and probe inputs (`training.serving.task_serving`).
 """

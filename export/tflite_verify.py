@@ -14,6 +14,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer.decoding import greedy_search
 from training.serving.signatures import fill_empty_rows_numpy
+from training.task_models import TaskModel
 
 # Largest |TFLite - Keras| class probability accepted, by weight type. The
 # float32 bound is summation-order noise; the others are loose enough for
@@ -91,7 +92,8 @@ def verify_tflite(
 
     Args:
         tflite_path: The `.tflite` file.
-        model: The Keras model it was converted from.
+        model: The model it was converted from: a task model (its
+            tokenizer then read from it) or a library backbone.
         examples: Strings (tokenized with `tokenizer`, then padded or cut to
             the file's static length S), id rows / feature series, or images
             `(N, H, W, C)` of exactly the file's image size.
@@ -107,6 +109,9 @@ def verify_tflite(
         `label_agreement`, `tolerance`; for a translator `token_agreement`,
         `sequence_agreement`, `min_token_agreement`.
     """
+    if isinstance(model, TaskModel):
+        tokenizer = model.tokenizer if tokenizer is None else tokenizer
+        model = model.backbone
     interpreter = Interpreter(model_path=os.fspath(tflite_path))
     runner = interpreter.get_signature_runner("serving_default")
     ((name, spec),) = runner.get_input_details().items()

@@ -6,12 +6,14 @@ imports only TensorFlow and tensorflow-text (`export/fresh_process.py`;
 TensorFlow's `saved_model_cli run` (`serving_default`), whose printed output
 is parsed. Both are
 compared with the outputs the Keras model computes here without the serving
-module, `Serving.outputs` of the run's task's serving side (`Task.serving()`): tokenize -> cut
+module, `Serving.outputs` of the model's serving side
+(`training.task_models.serving_for`: a task model's `serving()`, or a
+library backbone's with its tokenizer and class names): tokenize -> cut
 to `max_sequence_length` -> greedy search with max length min(S + 50,
 `max_sequence_length`) -> detokenize for a translator; `model.probabilities`
-for a classifier (token, numeric or image input).  The inputs are the task's
-`probe_inputs`: in-vocabulary sentences plus `training.serving.inputs.PROBES`, random series, or
-random images.
+for a classifier (token, numeric or image input).  The inputs are its
+`probe_inputs`: in-vocabulary sentences plus `training.serving.inputs.PROBES`,
+random series, or random images.
 """
 
 import concurrent.futures
@@ -29,30 +31,35 @@ from export.saved_model_cli import run_saved_model_cli
 from export.serving_ops import read_saved_model
 from export.tflite_verify import verify_tflite
 from training.runs.predict import serving_for_export
-from training.tasks.base import serving_of
+from training.task_models import serving_for
 
 
-def reference_outputs(model, task, examples):
+def reference_outputs(model, examples, tokenizer=None, label_names=None):
     """What the export must return for `examples`, computed with Keras here.
 
-    The task's `outputs`: tokenize -> cut to `max_sequence_length` ->
+    Its serving side's `outputs`: tokenize -> cut to `max_sequence_length` ->
     greedy search up to min(S + 50, `max_sequence_length`) tokens ->
     detokenize for a translator; `model.probabilities` for a classifier
-    (token, numeric or image input).
+    (token, numeric or image input); any other Keras model's own answer
+    (`KerasModelServing`).
 
     Args:
-        model: The Keras `Transformer`, `TransformerClassifier` or
-            `VisionTransformer`.
-        task: Its `training.tasks.Task`, with the tokenizer (None for
-            numeric and image input) and class names (default "0", "1", ...).
+        model: A task model (`Translator`, `TextClassifier`,
+            `TimeSeriesClassifier`), a library `Transformer`, classifier
+            or `VisionTransformer`, or a user's own Keras model.
         examples: Strings, series `(N, T, F)` for numeric input, or images
             `(N, H, W, C)`.
+        tokenizer: A backbone's tokenizer (None for a task model, and for
+            numeric and image input).
+        label_names: A backbone's class names (default "0", "1", ...).
 
     Returns:
-        `{"translations": (N,) bytes}` for translation, else
-        `{"probabilities": (N, K) float32, "labels": (N,) bytes}`.
+        `{"translations": (N,) bytes}` for translation,
+        `{"probabilities": (N, K) float32, "labels": (N,) bytes}` for a
+        classifier, `{"outputs", "labels"}` for another Keras model.
     """
-    return serving_of(task).outputs(model, examples)
+    backbone, serving = serving_for(model, tokenizer, label_names)
+    return serving.outputs(backbone, examples)
 
 
 def run_in_fresh_process(
@@ -173,8 +180,9 @@ def signature_names(saved_model_dir):
 def verify_saved_model(
     saved_model_dir,
     model,
-    task,
     examples=None,
+    tokenizer=None,
+    label_names=None,
     use_saved_model_cli=True,
     atol=1e-5,
 ):
@@ -183,10 +191,12 @@ def verify_saved_model(
 
     Args:
         saved_model_dir: A SavedModel export (`TaskModel.export`).
-        model: The Keras model it was exported from.
-        task: Its `training.tasks.Task` (tokenizer and class names
-            included), as given to the export.
-        examples: Inputs; the task's `probe_inputs(model)` if None.
+        model: The model it was exported from: a task model, or a library
+            backbone with the `tokenizer` and `label_names` given to the
+            export.
+        examples: Inputs; its serving side's `probe_inputs` if None.
+        tokenizer: A backbone's tokenizer (None for a task model).
+        label_names: A backbone's class names (None for a task model).
         use_saved_model_cli: Also run `saved_model_cli run` and parse it.
         atol: Tolerance on probabilities (strings must match exactly).
 
@@ -196,9 +206,10 @@ def verify_saved_model(
         `saved_model_cli` (lists of differences, empty when they agree, or
         None when skipped) and `ok`.
     """
-    serving = serving_for_export(serving_of(task), saved_model_dir)
+    backbone, serving = serving_for(model, tokenizer, label_names)
+    serving = serving_for_export(serving, saved_model_dir)
     if examples is None:
-        examples = serving.probe_inputs(model)
+        examples = serving.probe_inputs(backbone)
     inputs = serving.serving_inputs(examples)
     # `serving_default`, and its XLA twin where the export has one: both
     # answer as the Keras model does.
@@ -215,7 +226,7 @@ def verify_saved_model(
             else None
         )
         # A SavedModel written with int8 tables is compared with the same copy.
-        expected = serving.outputs(served_model(model, saved_model_dir), examples)
+        expected = serving.outputs(served_model(backbone, saved_model_dir), examples)
         fresh = [
             f"{name}: {problem}" if name != "serving_default" else problem
             for name, outputs in fresh_run.result().items()
@@ -239,8 +250,8 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
     """Checks a run's SavedModel (and `.tflite`) against its Keras model.
 
     Args:
-        run: A loaded run (`training.runs.run_dir.load_run`): its `.task`
-            (tokenizer and class names included) and `.model`.
+        run: A loaded run (`training.runs.run_dir.load_run`): its
+            `.task_model` (tokenizer and class names included).
         saved_model_dir: Its SavedModel export.
         tflite_path: Its `.tflite` export, or None.
 
@@ -248,11 +259,13 @@ def verify_run_exports(run, saved_model_dir, tflite_path=None):
         `{"saved_model": verify_saved_model(...), "tflite": verify_tflite(...)
         or None, "ok": both ok}`.
     """
-    examples = serving_of(run.task).probe_inputs(run.model)
-    saved_model = verify_saved_model(saved_model_dir, run.model, run.task, examples)
+    task_model = run.task_model
+    backbone, serving = serving_for(task_model)
+    examples = serving.probe_inputs(backbone)
+    saved_model = verify_saved_model(saved_model_dir, task_model, examples)
     tflite = None
     if tflite_path is not None:
-        tflite = verify_tflite(tflite_path, run.model, examples, tokenizer=run.task.tokenizer)
+        tflite = verify_tflite(tflite_path, backbone, examples, tokenizer=task_model.tokenizer)
     return {
         "saved_model": saved_model,
         "tflite": tflite,

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from export.saved_model import export_saved_model
+from export.saved_model import export_model
 from keras_transformer.layers import TokenStem
 from keras_transformer.models import (
     END_ID,
@@ -26,7 +26,6 @@ from keras_transformer.models import (
     Transformer,
     TransformerClassifier,
 )
-from training.tasks import get_task
 from training.text.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
 
 MAX_SEQUENCE_LENGTH = 24
@@ -137,8 +136,7 @@ def exported_translator():
     """Path of a SavedModel of `tiny_translator()` (one export per session)."""
     path = os.path.join(_scratch_directory(), "translator")
     config = {"task": "translation", "model": tiny_translator().get_config()}
-    task = get_task("translation", tokenizer=tiny_tokenizer())
-    return export_saved_model(tiny_translator(), config, path, task)
+    return export_model(tiny_translator(), path, tiny_tokenizer(), config=config)
 
 
 @functools.cache
@@ -146,14 +144,8 @@ def exported_classifier():
     """Path of a SavedModel of `tiny_classifier()` (one export per session)."""
     path = os.path.join(_scratch_directory(), "classifier")
     config = {"task": "classification", "model": tiny_classifier().get_config()}
-    return export_saved_model(
-        tiny_classifier(),
-        config,
-        path,
-        get_task(
-            "classification", tokenizer=tiny_tokenizer(), label_names=list(LABEL_NAMES)
-        ),
-    )
+    return export_model(tiny_classifier(), path, tiny_tokenizer(), list(LABEL_NAMES),
+                        config=config)
 
 
 def hostile_strings(count, seed=0):

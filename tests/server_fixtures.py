@@ -22,14 +22,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from export.saved_model import export_saved_model
+from export.saved_model import export_model
 from export.server.config import BatchingParameters, ModelSource, ServerOptions
 from export.server.main import start_server
 from export.server.predict_request import predict_response
 from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier, VisionTransformer
 from tests.export_fixtures import exported_classifier, exported_translator
-from training.tasks import get_task
 
 #: A batch of 8 rows at most, formed within 5 ms, one batch at a time.
 BATCHING = BatchingParameters(max_batch_size=8, batch_timeout_micros=5000,
@@ -78,9 +77,7 @@ def exported_series():
     model = TransformerClassifier(PatchStem(1, hidden_dim=8, max_sequence_length=16),
                                   num_classes=3, num_layers=1, num_heads=2,
                                   intermediate_dim=16)
-    return export_saved_model(model, {"task": "timeseries"},
-                              os.path.join(_scratch(), "series"),
-                              get_task("timeseries", label_names=["a", "b", "c"]))
+    return export_model(model, os.path.join(_scratch(), "series"), label_names=["a", "b", "c"])
 
 
 @functools.cache
@@ -90,9 +87,7 @@ def exported_images():
     model = VisionTransformer(num_classes=2, image_size=8, patch_size=4, num_channels=3,
                               num_layers=1,
                               hidden_dim=8, num_heads=2, intermediate_dim=16)
-    return export_saved_model(model, {"task": "image"},
-                              os.path.join(_scratch(), "images"),
-                              get_task("image", label_names=["x", "y"]))
+    return export_model(model, os.path.join(_scratch(), "images"), label_names=["x", "y"])
 
 
 EXPORTS = {"translator": exported_translator, "classifier": exported_classifier,

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export.saved_model import export_saved_model
-from export.tflite import export_tflite
 from export.tflite_verify import verify_tflite
 from keras_transformer.layers import PatchStem
 from keras_transformer.models import ClassifierEnsemble, TextCNNClassifier
@@ -198,14 +196,14 @@ def test_a_run_with_char_ngrams_learns_from_spelling_reloads_exports_and_serves_
     probes = ["what is zorbitis ?", "what is lanville ?", "", "hello"]
     task = get_task("classification", tokenizer=run.tokenizer, label_names=run.label_names)
     expected = task.serving().outputs(run.model, probes)
-    saved = export_saved_model(run.model, run.config, tmp_path / "sm", run.task)
+    saved = run.task_model.export(tmp_path / "sm", config=run.config)
     served = tf.saved_model.load(saved).signatures["serving_default"](
         sentences=tf.constant(probes))
     np.testing.assert_allclose(served["probabilities"].numpy(), expected["probabilities"],
                                atol=1e-5)
     assert list(served["labels"].numpy()) == list(expected["labels"])
     assert isinstance(load_tokenizer(tmp_path / "sm" / "assets"), CharNGramTokenizer)
-    tflite = export_tflite(run.model, tmp_path / "m.tflite", run.task)
+    tflite = run.task_model.export_tflite(tmp_path / "m.tflite")
     report = verify_tflite(tflite, run.model, probes, tokenizer=run.tokenizer)
     assert report["ok"] and report["label_agreement"] == 1.0
 

@@ -7,7 +7,7 @@ import pytest
 from export_fixtures import LABEL_NAMES, SENTENCES, tiny_tokenizer, tiny_translator
 
 from export.quantize import int8_tables, read_export_asset
-from export.saved_model import export_saved_model
+from export.saved_model import export_model
 from export.verify import reference_outputs, verify_saved_model
 from keras_transformer.layers import CharNGramTokenStem
 from keras_transformer.models import TransformerClassifier
@@ -44,8 +44,8 @@ def test_int8_tables_are_int8_and_deterministic(ngram_classifier):
     first, second = int8_tables(model), int8_tables(model)
     dtypes = {w.path.split("/")[-1]: str(w.dtype) for w in first.weights if "ngram" in w.path}
     assert dtypes == {"embeddings": "int8", "embeddings_scale": "float32"}
-    a = reference_outputs(first, task, SENTENCES[:8])["probabilities"]
-    b = reference_outputs(second, task, SENTENCES[:8])["probabilities"]
+    a = reference_outputs(first, SENTENCES[:8], task.tokenizer)["probabilities"]
+    b = reference_outputs(second, SENTENCES[:8], task.tokenizer)["probabilities"]
     np.testing.assert_array_equal(a, b)
     # The original model is untouched.
     assert all(str(w.dtype) == "float32" for w in model.weights)
@@ -53,18 +53,19 @@ def test_int8_tables_are_int8_and_deterministic(ngram_classifier):
 
 def test_int8_saved_model_is_smaller_agrees_and_verifies(ngram_classifier, tmp_path):
     model, task = ngram_classifier
-    config = {"task": "classification"}
-    full = export_saved_model(model, config, tmp_path / "full", task)
-    small = export_saved_model(model, config, tmp_path / "int8", task, quantize="int8")
+    full = export_model(model, tmp_path / "full", task.tokenizer, task.label_names)
+    small = export_model(model, tmp_path / "int8", task.tokenizer, task.label_names,
+                         quantize="int8")
     assert read_export_asset(full) == {"quantize": "none"}
     assert read_export_asset(small) == {"quantize": "int8"}
     # The table (2049 x 32 floats) is most of the model: int8 keeps about a quarter.
     table = (BUCKETS + 1) * 32 * 4
     assert _bytes(full) - _bytes(small) > 0.6 * table
-    report = verify_saved_model(small, model, task, SENTENCES[:12], use_saved_model_cli=False)
+    report = verify_saved_model(small, model, SENTENCES[:12], task.tokenizer, task.label_names,
+                                use_saved_model_cli=False)
     assert report["ok"], report
-    full_p = reference_outputs(model, task, SENTENCES)["probabilities"]
-    int8_p = reference_outputs(int8_tables(model), task, SENTENCES)["probabilities"]
+    full_p = reference_outputs(model, SENTENCES, task.tokenizer)["probabilities"]
+    int8_p = reference_outputs(int8_tables(model), SENTENCES, task.tokenizer)["probabilities"]
     assert np.abs(full_p - int8_p).max() < 5e-2
     assert not np.array_equal(full_p, int8_p)  # the tables really changed
 
@@ -72,9 +73,8 @@ def test_int8_saved_model_is_smaller_agrees_and_verifies(ngram_classifier, tmp_p
 def test_int8_refuses_a_transformer_and_unknown_modes(ngram_classifier, tmp_path):
     model, task = ngram_classifier
     with pytest.raises(ValueError, match="quantize must be one of"):
-        export_saved_model(model, {}, tmp_path / "x", task, quantize="int4")
+        export_model(model, tmp_path / "x", task.tokenizer, quantize="int4")
     translator = tiny_translator()
     with pytest.raises(ValueError, match="output projection"):
-        export_saved_model(translator, {}, tmp_path / "y", get_task("translation",
-                           tokenizer=tiny_tokenizer()), quantize="int8")  # fmt: skip
+        export_model(translator, tmp_path / "y", tiny_tokenizer(), quantize="int8")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import types
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -27,9 +28,9 @@ from export_fixtures import (
 
 import training.serving.saved_model
 from cli import export_commands, export_handlers
-from export.saved_model import export_saved_model
+from export.saved_model import export_model
 from export.saved_model_cli import input_exprs, parse_output, parse_printed_array
-from export.tflite import export_tflite
+from export.tflite import export_model_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.layers import PatchStem
@@ -37,7 +38,6 @@ from keras_transformer.models import TransformerClassifier
 from training.data.manifest import check_saved_model_export
 from training.serving.inputs import PROBES
 from training.task_models import TimeSeriesClassifier
-from training.tasks import get_task
 from training.text.detokenize import detokenize_punctuation
 from training.text.tokenizers import WordPieceTokenizer
 
@@ -68,15 +68,14 @@ def loaded_translator(translator_dir):
 def test_strings_match_keras_in_fresh_process_and_saved_model_cli(
     translator, tokenizer, translator_dir
 ):
-    task = get_task("translation", tokenizer=tokenizer)
-    expected = reference_outputs(translator, task, EXAMPLES)
+    expected = reference_outputs(translator, EXAMPLES, tokenizer)
     # Copying its training sentences shows the decoding is real, not noise.
     copied = [
         t == s.encode()
         for t, s in zip(expected["translations"][:6], SENTENCES[:6], strict=True)
     ]
     assert sum(copied) >= 4, expected["translations"][:6]
-    report = verify_saved_model(translator_dir, translator, task, EXAMPLES)
+    report = verify_saved_model(translator_dir, translator, EXAMPLES, tokenizer)
     assert report["signatures"] == ["serving_default", "translate_xla"]
     assert report["fresh_process"] == [] and report["saved_model_cli"] == []
     assert report["ok"], report
@@ -164,11 +163,7 @@ def test_token_classifier_export(tokenizer):
     loaded = tf.saved_model.load(exported_classifier())
     assert sorted(loaded.signatures) == ["classify_ids", "serving_default"]
     got = loaded.signatures["serving_default"](sentences=tf.constant(EXAMPLES))
-    expected = reference_outputs(
-        model,
-        get_task("classification", tokenizer=tokenizer, label_names=list(LABEL_NAMES)),
-        EXAMPLES,
-    )
+    expected = reference_outputs(model, EXAMPLES, tokenizer, list(LABEL_NAMES))
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
     assert set(got["labels"].numpy()) <= {name.encode() for name in LABEL_NAMES}
     labels = pathlib.Path(exported_classifier(), "assets", "labels.txt").read_text(
@@ -188,18 +183,11 @@ def numeric_classifier():
 def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
     target = tmp_path / "series"
     config = {"task": "timeseries"}
-    export_saved_model(
-        numeric_classifier,
-        config,
-        target,
-        get_task("timeseries", label_names=["no", "yes"]),
-    )
+    export_model(numeric_classifier, target, label_names=["no", "yes"], config=config)
     with pytest.raises(FileExistsError, match=str(target)):
-        export_saved_model(numeric_classifier, config, target, get_task("timeseries"))
+        export_model(numeric_classifier, target, config=config)
     config["version"] = 2
-    export_saved_model(
-        numeric_classifier, config, target, get_task("timeseries"), overwrite=True
-    )
+    export_model(numeric_classifier, target, overwrite=True, config=config)
     assert json.loads((target / "assets" / "config.json").read_text())["version"] == 2
     assert sorted(os.listdir(tmp_path)) == ["series"]  # No temporary left beside it.
 
@@ -207,7 +195,7 @@ def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
         features=series.transpose(0, 2, 1)  # (B, F, T): channels first, as aeon's
     )
-    expected = reference_outputs(numeric_classifier, get_task("timeseries"), series)
+    expected = reference_outputs(numeric_classifier, series)
     assert got["probabilities"].shape == (3, 1)
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
     # Its manifest, written inside before the rename, records every file.
@@ -218,8 +206,7 @@ def test_numeric_classifier_export_and_overwrite(numeric_classifier, tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="is not a SavedModel export"):
-        export_saved_model(numeric_classifier, config, tmp_path / "notes",
-                           get_task("timeseries"), overwrite=True)
+        export_model(numeric_classifier, tmp_path / "notes", overwrite=True, config=config)
     assert os.listdir(tmp_path / "notes") == ["todo.txt"]
     assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
 
@@ -238,37 +225,23 @@ def test_failed_export_leaves_nothing_behind(numeric_classifier, tmp_path, monke
     monkeypatch.setattr(training.serving.saved_model.tf.saved_model, "save", save_half_then_fail)
     for name, overwrite in (("fresh", False), ("series", True)):
         with pytest.raises(RuntimeError, match="disk full"):
-            export_saved_model(
-                numeric_classifier,
-                {},
-                tmp_path / name,
-                get_task("timeseries"),
-                overwrite=overwrite,
-            )
+            export_model(numeric_classifier, tmp_path / name, overwrite=overwrite)
     assert sorted(os.listdir(tmp_path)) == ["series"]
     assert sorted(os.listdir(tmp_path / "series")) == ["assets", "saved_model.pb"]
     assert (tmp_path / "series" / "saved_model.pb").read_text() == "previous export"
 
 
 def test_bad_arguments_are_rejected_before_writing(numeric_classifier, tmp_path):
-    # The exporters take the task object, which carries the tokenizer and
-    # class names; a name alone is refused with the way to get one.
-    with pytest.raises(TypeError, match=r"task must be a training.tasks.Task; "
-                       r"received 'timeseries' \(for a name use training.tasks.get_task"):
-        export_saved_model(numeric_classifier, {}, tmp_path / "a", "timeseries")
-    with pytest.raises(TypeError, match="task must be a training.tasks.Task"):
-        export_tflite(numeric_classifier, tmp_path / "a.tflite", None)
+    # The exporters take the model alone; what they cannot serve is named.
+    with pytest.raises(ValueError, match="A Transformer exports with its tokenizer"):
+        export_model(tiny_translator(), tmp_path / "a")
+    with pytest.raises(ValueError, match="sequence_length applies to the library's models"):
+        export_model_tflite(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]),
+                            tmp_path / "a.tflite", sequence_length=4)
     with pytest.raises(ValueError, match="JSON"):
-        export_saved_model(
-            numeric_classifier, {"x": object()}, tmp_path / "b", get_task("timeseries")
-        )
+        export_model(numeric_classifier, tmp_path / "b", config={"x": object()})
     with pytest.raises(ValueError, match="label_names"):
-        export_saved_model(
-            numeric_classifier,
-            {},
-            tmp_path / "c",
-            get_task("timeseries", label_names=["one"]),
-        )
+        export_model(numeric_classifier, tmp_path / "c", label_names=["one"])
     assert os.listdir(tmp_path) == []
 
 
@@ -298,10 +271,8 @@ def test_cli_help_lists_the_subcommands():
 
 def _fake_run(model, config, run_dir, label_names=None):
     """What the export commands read of a loaded run."""
-    return types.SimpleNamespace(
-        task=get_task("timeseries", label_names=label_names), model=model, config=config,
-        run_dir=str(run_dir), task_model=TimeSeriesClassifier(model, label_names),
-    )  # fmt: skip
+    return types.SimpleNamespace(model=model, config=config, run_dir=str(run_dir),
+                                 task_model=TimeSeriesClassifier(model, label_names))
 
 
 def test_cli_saved_model_is_the_task_models_export(

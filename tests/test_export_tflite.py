@@ -20,11 +20,11 @@ from export_fixtures import (
 
 import training.data.atomic
 from cli import export_commands, export_handlers
-from export.tflite import export_tflite
+from export.tflite import export_model_tflite
 from export.tflite_verify import verify_tflite
 from training.serving.inputs import PROBES
 from training.serving.tflite_programs import translator_output_length
-from training.tasks import get_task
+from training.task_models import TextClassifier
 
 EXAMPLES = SENTENCES[:10] + ["the cat eats bread", "rain falls on a big dog", *PROBES]
 SOURCE_LENGTH = 12  # Static S of the translator: L = min(12 + 50, 24) = 24.
@@ -52,12 +52,8 @@ def _report(report):
 
 
 def test_float32_translator_tokens_equal_keras(translator, tokenizer, tmp_path):
-    path = export_tflite(
-        translator,
-        tmp_path / "translator.tflite",
-        get_task("translation"),
-        sequence_length=SOURCE_LENGTH,
-    )
+    path = export_model_tflite(
+        translator, tmp_path / "translator.tflite", sequence_length=SOURCE_LENGTH)
     runner = Interpreter(model_path=path).get_signature_runner("serving_default")
     (spec,) = runner.get_input_details().values()
     assert list(spec["shape_signature"]) == [1, SOURCE_LENGTH]  # Static: no -1.
@@ -76,8 +72,8 @@ def test_float32_translator_tokens_equal_keras(translator, tokenizer, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("quantize", ["float16", "int8"])
 def test_quantized_translator_agreement(translator, tokenizer, tmp_path, quantize):
-    path = export_tflite(
-        translator, tmp_path / f"{quantize}.tflite", get_task("translation"), quantize=quantize,
+    path = export_model_tflite(
+        translator, tmp_path / f"{quantize}.tflite", quantize=quantize,
         sequence_length=SOURCE_LENGTH,
     )  # fmt: skip
     report = _report(verify_tflite(path, translator, EXAMPLES, tokenizer=tokenizer))
@@ -89,9 +85,7 @@ def test_quantized_translator_agreement(translator, tokenizer, tmp_path, quantiz
 def test_classifier_probabilities_within_tolerance(
     classifier, tokenizer, tmp_path, quantize
 ):
-    path = export_tflite(
-        classifier, tmp_path / "c.tflite", get_task("classification"), quantize=quantize
-    )
+    path = export_model_tflite(classifier, tmp_path / "c.tflite", quantize=quantize)
     runner = Interpreter(model_path=path).get_signature_runner("serving_default")
     (spec,) = runner.get_input_details().values()
     assert list(spec["shape_signature"]) == [1, MAX_SEQUENCE_LENGTH]
@@ -106,14 +100,9 @@ def test_existing_file_is_kept_without_overwrite(classifier, tmp_path):
     path = tmp_path / "c.tflite"
     path.write_bytes(b"previous")
     with pytest.raises(FileExistsError, match=str(path)):
-        export_tflite(classifier, path, get_task("classification"))
+        export_model_tflite(classifier, path)
     with pytest.raises(ValueError, match="quantize"):
-        export_tflite(
-            classifier,
-            tmp_path / "d.tflite",
-            get_task("classification"),
-            quantize="int4",
-        )
+        export_model_tflite(classifier, tmp_path / "d.tflite", quantize="int4")
     assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["c.tflite"]
 
 
@@ -128,10 +117,7 @@ def test_failed_write_leaves_no_temporary(tmp_path, monkeypatch):
 
 
 def test_cli_tflite_uses_the_run_dir(classifier, tokenizer, tmp_path, monkeypatch):
-    run = types.SimpleNamespace(
-        task=get_task("classification", tokenizer=tokenizer), model=classifier, config={},
-        run_dir=str(tmp_path),
-    )  # fmt: skip
+    run = types.SimpleNamespace(task_model=TextClassifier(classifier, tokenizer))
     monkeypatch.setattr(export_handlers, "load_run", lambda run_dir: run)
     output = str(tmp_path / "c.tflite")
     argv = [

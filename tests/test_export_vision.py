@@ -18,14 +18,12 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 from sklearn.datasets import load_digits
 
-from export.saved_model import export_saved_model
-from export.tflite import export_tflite
+from export.saved_model import export_model
+from export.tflite import export_model_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
-from keras_transformer.layers import PatchStem
-from keras_transformer.models import TransformerClassifier, VisionTransformer
+from keras_transformer.models import VisionTransformer
 from training.serving.signatures import ClassifierModule
-from training.tasks import get_task
 
 LABEL_NAMES = ("zero", "one", "two")
 BATCH_SIZE = 2  # Static batch of the `.tflite`.
@@ -69,7 +67,7 @@ def images():
 def export_dir(vit, tmp_path_factory):
     path = tmp_path_factory.mktemp("vit") / "export"
     config = {"task": "image", "model": vit.get_config()}
-    return export_saved_model(vit, config, path, get_task("image", label_names=list(LABEL_NAMES)))
+    return export_model(vit, path, label_names=list(LABEL_NAMES), config=config)
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +75,8 @@ def tflite_paths(vit, tmp_path_factory):
     """{quantization: path of the `.tflite`}, static batch `BATCH_SIZE`."""
     directory = tmp_path_factory.mktemp("vit-tflite")
     return {
-        quantize: export_tflite(
-            vit,
-            directory / f"{quantize}.tflite",
-            get_task("image"),
-            quantize=quantize,
-            batch_size=BATCH_SIZE,
-        )
+        quantize: export_model_tflite(
+            vit, directory / f"{quantize}.tflite", quantize=quantize, batch_size=BATCH_SIZE)
         for quantize in QUANTIZATIONS
     }
 
@@ -121,9 +114,7 @@ def test_reloaded_saved_model_equals_keras(vit, images, export_dir):
     serving = tf.saved_model.load(export_dir).signatures["serving_default"]
     for batch in (images[:1], images):  # The batch is dynamic.
         got = {k: v.numpy() for k, v in serving(images=batch).items()}
-        expected = reference_outputs(
-            vit, get_task("image", label_names=list(LABEL_NAMES)), batch
-        )
+        expected = reference_outputs(vit, batch, label_names=list(LABEL_NAMES))
         assert compare_outputs(got, expected, atol=1e-5) == []
     # A trained model tells the digits apart: the labels are not all one name.
     assert len(set(expected["labels"])) > 1, expected
@@ -139,50 +130,38 @@ def test_wrong_image_shape_is_refused_at_the_signature(export_dir):
 def test_default_label_names_are_class_indices(vit, images):
     serving = ClassifierModule(vit).signatures()["serving_default"]
     labels = serving(images=tf.constant(images))["labels"].numpy()
-    expected = reference_outputs(vit, get_task("image"), images)["labels"]
+    expected = reference_outputs(vit, images)["labels"]
     assert set(labels) <= {b"0", b"1", b"2"} and list(labels) == list(expected)
 
 
 @pytest.mark.slow
 def test_fresh_process_and_saved_model_cli_equal_keras(vit, images, export_dir):
-    report = verify_saved_model(
-        export_dir, vit, get_task("image", label_names=list(LABEL_NAMES)), images
-    )
+    report = verify_saved_model(export_dir, vit, images, label_names=list(LABEL_NAMES))
     assert report["fresh_process"] == [] and report["saved_model_cli"] == []
     assert report["ok"], report
 
 
 def test_exporting_over_an_existing_directory_keeps_the_old_export(vit, tmp_path):
     target = tmp_path / "export"
-    export_saved_model(vit, {"version": 1}, target, get_task("image"))
+    export_model(vit, target, config={"version": 1})
     before = {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
     with pytest.raises(FileExistsError, match=str(target)):
-        export_saved_model(vit, {"version": 2}, target, get_task("image"))
+        export_model(vit, target, config={"version": 2})
     after = {p.name: p.read_bytes() for p in target.rglob("*") if p.is_file()}
     assert after == before
     assert os.listdir(tmp_path) == ["export"]  # No temporary left beside it.
-    export_saved_model(vit, {"version": 2}, target, get_task("image"), overwrite=True)
+    export_model(vit, target, overwrite=True, config={"version": 2})
     assert json.loads((target / "assets" / "config.json").read_text())["version"] == 2
     assert os.listdir(tmp_path) == ["export"]
 
 
-def test_task_and_model_must_match(vit, tmp_path):
-    classifier = TransformerClassifier(
-        PatchStem(2, hidden_dim=8, max_sequence_length=4),
-        num_classes=3, num_layers=1, num_heads=2, intermediate_dim=16,
-    )  # fmt: skip
-    with pytest.raises(
-        ValueError, match="task='classification' needs a TransformerClassifier"
-    ):
-        export_saved_model(vit, {}, tmp_path / "a", get_task("classification"))
-    with pytest.raises(ValueError, match="task='image' needs a VisionTransformer"):
-        export_saved_model(classifier, {}, tmp_path / "b", get_task("image"))
-    with pytest.raises(
-        ValueError, match="task='timeseries' needs a TransformerClassifier"
-    ):
-        export_tflite(vit, tmp_path / "c.tflite", get_task("timeseries"))
-    with pytest.raises(ValueError, match="sequence_length=8"):
-        export_tflite(vit, tmp_path / "d.tflite", get_task("image"), sequence_length=8)
+def test_what_is_not_a_model_or_a_vits_length_is_refused_before_writing(vit, tmp_path):
+    with pytest.raises(ValueError, match="model must be a Keras model; received dict"):
+        export_model({}, tmp_path / "a")
+    with pytest.raises(ValueError, match="model must be a Keras model; received str"):
+        export_model_tflite("vit", tmp_path / "b.tflite")
+    with pytest.raises(ValueError, match="sequence_length=8"):  # its image size is fixed
+        export_model_tflite(vit, tmp_path / "c.tflite", sequence_length=8)
     assert os.listdir(tmp_path) == []
 
 

@@ -17,7 +17,6 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV
 
-from export.saved_model import export_saved_model
 from training.data.series_files import read_ts, write_ts
 from training.estimator import SeriesClassifier
 from training.runs.predict import SavedModelPredictor
@@ -272,7 +271,7 @@ def test_fit_trains_in_the_run_dir_given_and_refuses_a_folder_that_is_no_run(tmp
 @pytest.mark.slow
 def test_a_saved_run_exports_and_serves_the_same_labels(fitted, tmp_path):
     run = load_run(fitted.save(tmp_path / "saved"))
-    export_saved_model(run.model, run.config, tmp_path / "exported", run.task)
+    run.task_model.export(tmp_path / "exported", config=run.config)
     x, _ = easy_series(6, seed=4)
     lines = SavedModelPredictor(tmp_path / "exported").predict(list(x.transpose(0, 2, 1)))
     assert [line.split("\t")[0] for line in lines] == fitted.predict(x).tolist()

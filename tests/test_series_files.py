@@ -262,8 +262,8 @@ def test_multivariate_classifier_exports_equal_keras(tmp_path):
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.saved_model import export_saved_model
-    from export.tflite import export_tflite
+    from export.saved_model import export_model
+    from export.tflite import export_model_tflite
     from export.tflite_verify import verify_tflite
     from export.verify import compare_outputs, reference_outputs
     from keras_transformer.layers import PatchStem
@@ -278,15 +278,14 @@ def test_multivariate_classifier_exports_equal_keras(tmp_path):
                   standardize_series=True),
         num_classes=len(names), num_layers=1, num_heads=2, intermediate_dim=16,
     )
-    task = get_task("timeseries", label_names=names)
-    target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
+    target = export_model(model, tmp_path / "saved", label_names=names)
     got = tf.saved_model.load(str(target)).signatures["serving_default"](
         features=tf.constant(series.transpose(0, 2, 1)))  # channels first
-    expected = reference_outputs(model, task, series)
+    expected = reference_outputs(model, series, label_names=names)
     assert got["probabilities"].shape == (5, 2)
     assert compare_outputs({k: v.numpy() for k, v in got.items()}, expected) == []
 
-    tflite = export_tflite(model, tmp_path / "x.tflite", task)
+    tflite = export_model_tflite(model, tmp_path / "x.tflite")
     runner = Interpreter(model_path=tflite).get_signature_runner("serving_default")
     (spec,) = runner.get_input_details().values()
     assert list(spec["shape_signature"]) == [1, 10, 3]

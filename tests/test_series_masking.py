@@ -12,8 +12,8 @@ import tensorflow as tf
 from harness import run_layer_test
 from keras import ops
 
-from export.saved_model import export_saved_model
-from export.tflite import export_tflite
+from export.saved_model import export_model
+from export.tflite import export_model_tflite
 from export.tflite_verify import verify_tflite
 from export.verify import compare_outputs, reference_outputs, verify_saved_model
 from keras_transformer.layers import (
@@ -353,17 +353,17 @@ def test_saved_model_and_tflite_answer_padded_multivariate_series_as_keras(stem,
 
     model, task, rows = _exported_classifier(stem)
     alone = _alone(model, rows)
-    expected = reference_outputs(model, task, rows)  # NaN-padded to the longest
+    expected = reference_outputs(model, rows, label_names=task.label_names)  # NaN-padded to the longest
     np.testing.assert_allclose(expected["probabilities"], alone, atol=1e-5)
 
-    target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
+    target = export_model(model, tmp_path / "saved", label_names=task.label_names)
     signature = tf.saved_model.load(str(target)).signatures["serving_default"]
     got = signature(**{k: tf.constant(v) for k, v in task.serving().serving_inputs(rows).items()})
     got = {k: v.numpy() for k, v in got.items()}
     assert np.isnan(task.serving().serving_inputs(rows)["features"]).any()
     assert compare_outputs(got, expected) == []
 
-    tflite = export_tflite(model, tmp_path / "series.tflite", task)
+    tflite = export_model_tflite(model, tmp_path / "series.tflite")
     report = verify_tflite(tflite, model, rows)  # NaN-padded to the file's 16 steps
     assert report["ok"] and report["num_examples"] == 4, report
     assert report["max_abs_diff"] <= 1e-5 and report["label_agreement"] == 1.0
@@ -384,9 +384,9 @@ def test_export_verification_covers_padded_multivariate_probes(tmp_path):
 
     model, task, _ = _exported_classifier()
     probes = task.serving().probe_inputs(model)
-    target = export_saved_model(model, {"task": "timeseries"}, tmp_path / "saved", task)
-    report = verify_saved_model(target, model, task)
+    target = export_model(model, tmp_path / "saved", label_names=task.label_names)
+    report = verify_saved_model(target, model, label_names=task.label_names)
     assert report["ok"] and report["num_examples"] == 6, report
     assert report["fresh_process"] == [] and report["saved_model_cli"] == []
-    tflite = export_tflite(model, tmp_path / "series.tflite", task)
+    tflite = export_model_tflite(model, tmp_path / "series.tflite")
     assert verify_tflite(tflite, model, probes)["ok"]

@@ -13,11 +13,10 @@ import os
 import pytest
 
 from export import serving_ops
-from export.saved_model import export_saved_model
+from export.saved_model import export_model
 from keras_transformer.layers import PatchStem
 from keras_transformer.models import TransformerClassifier, VisionTransformer
 from tests.export_fixtures import exported_classifier, exported_translator
-from training.tasks import get_task
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +34,7 @@ def _series_export(directory):
         PatchStem(2, hidden_dim=8, max_sequence_length=12),
         num_classes=3, num_layers=1, num_heads=2, intermediate_dim=16,
     )  # fmt: skip
-    return export_saved_model(
-        model,
-        {"task": "timeseries"},
-        directory,
-        get_task("timeseries", label_names=["a", "b", "c"]),
-    )
+    return export_model(model, directory, label_names=["a", "b", "c"])
 
 
 def _image_export(directory):
@@ -48,9 +42,7 @@ def _image_export(directory):
         num_classes=2, image_size=8, patch_size=4, num_layers=1, hidden_dim=8,
         num_heads=2, intermediate_dim=16,
     )  # fmt: skip
-    return export_saved_model(
-        model, {"task": "image"}, directory, get_task("image", label_names=["x", "y"])
-    )
+    return export_model(model, directory, label_names=["x", "y"])
 
 
 @pytest.mark.slow

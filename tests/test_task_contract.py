@@ -24,8 +24,6 @@ import pytest
 from export_fixtures import LABEL_NAMES, LABELS, SENTENCES
 
 from cli import training_commands
-from export.saved_model import export_saved_model
-from export.tflite import export_tflite
 from export.verify import verify_run_exports
 from training.config import load_config
 from training.data import synthetic_series
@@ -128,8 +126,8 @@ def test_task_trains_resumes_predicts_exports_and_verifies(name, tmp_path, monke
             assert label in run.label_names and 0.0 <= float(probability) <= 1.0
 
     saved_model, tflite = tmp_path / "export", tmp_path / "model.tflite"
-    export_saved_model(run.model, run.config, saved_model, run.task)
-    export_tflite(run.model, tflite, run.task)
+    run.task_model.export(saved_model, config=run.config)
+    run.task_model.export_tflite(tflite)
     report = verify_run_exports(run, saved_model, tflite)
     assert report["ok"], report
 

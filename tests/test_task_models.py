@@ -98,7 +98,7 @@ def test_text_classifier_fits_answers_saves_and_exports(tmp_path, rng):
 
 
 def test_text_classifier_export_is_the_command_lines_module(tmp_path, rng):
-    """The same module class and assets as `export_saved_model` of a run."""
+    """The same module class and assets as the command line's export of a run."""
     texts, labels = _sentiment(rng, 16)
     model = TextClassifier.from_texts(texts, labels, vocabulary_size=100, hidden_dim=8,
                                       num_layers=1, num_heads=2, intermediate_dim=16)
@@ -175,8 +175,8 @@ def test_translator_fits_translates_saves_and_exports(tmp_path, rng):
 
 @pytest.mark.slow
 def test_a_runs_model_exports_as_the_command_line_exports_it(tmp_path):
-    """A `Translator` around a run's trained model writes the SavedModel that
-    `export_saved_model` (what `python -m export saved-model` calls) writes,
+    """A `Translator` around a trained model writes the SavedModel that
+    `export_model` of the bare backbone and its tokenizer writes,
     and `translate` answers what it serves (the classifier's module is
     compared in `test_text_classifier_export_is_the_command_lines_module`)."""
     from tests.export_fixtures import (
@@ -203,7 +203,10 @@ def test_a_runs_model_exports_as_the_command_line_exports_it(tmp_path):
 def test_a_users_functional_classifier_exports_through_the_same_call(tmp_path, rng):
     """A functional series classifier of the library's layers (projection,
     positions, encoder blocks, pooling, a Dense head): `export_model` gives a
-    typed `features` signature that a fresh process answers as Keras does."""
+    typed `features` signature that a fresh process and `saved_model_cli`
+    answer as Keras does (`verify_saved_model`, which tells another model's
+    answers apart)."""
+    from export.verify import verify_saved_model
     from keras_transformer.layers import (
         MaskedMeanPooling,
         SinusoidalPositionEncoding,
@@ -211,18 +214,21 @@ def test_a_users_functional_classifier_exports_through_the_same_call(tmp_path, r
     )
     from training.task_models import export_model
 
-    inputs = keras.Input((24, 2), name="features")
-    x = keras.layers.Dense(16)(inputs)
-    x = x + SinusoidalPositionEncoding()(x)
-    x = TransformerEncoderBlock(32, 2)(x)
-    outputs = keras.layers.Dense(3)(MaskedMeanPooling()(x))
-    model = keras.Model(inputs, outputs)
+    def functional():
+        inputs = keras.Input((24, 2), name="features")
+        x = keras.layers.Dense(16)(inputs)
+        x = x + SinusoidalPositionEncoding()(x)
+        x = TransformerEncoderBlock(32, 2)(x)
+        return keras.Model(inputs, keras.layers.Dense(3)(MaskedMeanPooling()(x)))
+
+    model, other = functional(), functional()
     series = rng.standard_normal((5, 24, 2)).astype("float32")
     path = export_model(model, tmp_path / "mine", label_names=["a", "b", "c"])
-    served = _fresh(path, ["serving_default"], "features", series.tolist())["serving_default"]
-    np.testing.assert_allclose(served["outputs"], model.predict(series, verbose=0), atol=1e-5)
-    assert served["labels"] == [["a", "b", "c"][i] for i in model.predict(series, verbose=0)
-                                .argmax(axis=1)]
+    report = verify_saved_model(path, model, label_names=["a", "b", "c"])  # seeded probes
+    assert report["ok"] and report["num_examples"] == 6, report
+    assert report["fresh_process"] == [] and report["saved_model_cli"] == []
+    wrong = verify_saved_model(path, other, series, use_saved_model_cli=False)
+    assert not wrong["ok"] and "outputs: max |difference|" in wrong["fresh_process"][0]
     signature = tf.saved_model.load(path).signatures["serving_default"]
     assert signature.structured_input_signature[1]["features"].shape.as_list() == [None, 24, 2]
     with pytest.raises(ValueError, match="label_names must name each of the 3 columns"):

@@ -18,9 +18,7 @@ import tensorflow as tf
 from keras_transformer.layers import TokenStem
 from keras_transformer.models import (
     TextCNNClassifier,
-    Transformer,
     TransformerClassifier,
-    VisionTransformer,
 )
 from training import config as config_module
 from training.config import TrainingConfig, load_config
@@ -36,7 +34,7 @@ from training.tasks.translation import final_length_share, held_out_pairs
 TRAINING_HOOKS = ("load_data", "make_dataset", "batch_tokens", "build_model",
                   "loss_and_metrics", "validation_score", "evaluate_test")
 SERVING_HOOKS = ("parse_input", "outputs", "format_outputs", "serving_inputs",
-                "tflite_model", "probe_inputs")
+                 "probe_inputs")
 
 
 def test_registry_keys_are_the_task_names_and_config_lists_the_trained_ones():
@@ -324,19 +322,6 @@ def test_a_dataset_of_another_task_is_refused(name, dataset, match, tmp_path):
 def test_image_task_is_not_trained():
     with pytest.raises(ValueError, match="task='image' is not trained"):
         get_task("image").load_data(TrainingConfig(), "unused")
-
-
-@pytest.mark.parametrize(
-    "name, model",
-    [("translation", TransformerClassifier(TokenStem(10, hidden_dim=8), 2, num_layers=1,
-                                            num_heads=2, intermediate_dim=8)),
-     ("image", Transformer(vocabulary_size=10, num_layers=1, hidden_dim=8, num_heads=2,
-                           intermediate_dim=8, max_sequence_length=8))],
-)
-def test_check_model_names_the_needed_class(name, model):
-    wanted = {"translation": Transformer, "image": VisionTransformer}[name].__name__
-    with pytest.raises(ValueError, match=f"task='{name}' needs a {wanted}; received model="):
-        get_task(name).serving().check_model(model)
 
 
 def test_series_lines_parse_to_steps_and_features():

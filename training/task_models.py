@@ -72,6 +72,11 @@ from training.serving.signatures import (
     dense_ids,
     fill_empty_rows,
 )
+from training.serving.task_serving import (
+    ClassifierServing,
+    KerasModelServing,
+    TranslationServing,
+)
 from training.serving.tflite_programs import REPLACEABLE as TFLITE_REPLACEABLE
 from training.serving.tflite_programs import (
     check_quantize,
@@ -227,6 +232,13 @@ class TaskModel(XLADropoutMixin, keras.Model):
 
     def _export_module(self, backbone):
         """(the serving `tf.Module` of `backbone`, the export's own settings)."""
+        raise NotImplementedError
+
+    def serving(self):
+        """What this model reads and answers as served
+        (`training.serving.task_serving.Serving`, built from its tokenizer
+        and class names): the reference `export.verify` checks an export
+        against, and the probe inputs it sends."""
         raise NotImplementedError
 
     def export_tflite(self, path, quantize="none", overwrite=False, sequence_length=None,
@@ -416,6 +428,10 @@ class TextClassifier(_Classifier):
         module = ClassifierModule(backbone, self.tokenizer, self.label_names)
         return module, {"task": "classification", "max_sequence_length": self.sequence_length}
 
+    def serving(self):
+        self._check_tokenizer()
+        return ClassifierServing.for_text(self.tokenizer, self.label_names)
+
     def get_config(self):
         return {**super().get_config(), "label_names": list(self.label_names),
                 "sequence_length": self.sequence_length}
@@ -489,6 +505,9 @@ class TimeSeriesClassifier(_Classifier):
         module = ClassifierModule(backbone, None, self.label_names, channels_first=True)
         return module, {"task": "timeseries", "series_layout": "channels_first",
                         "max_sequence_length": int(backbone.max_sequence_length)}
+
+    def serving(self):
+        return ClassifierServing.for_series(self.label_names)
 
     def get_config(self):
         return {**super().get_config(), "label_names": list(self.label_names)}
@@ -590,7 +609,7 @@ class Translator(TaskModel):
             x = self._dataset(x, batch_size)
         return super().evaluate(x, **kwargs)
 
-    def _serving(self, beam_size, length_penalty):
+    def _module(self, beam_size, length_penalty):
         """The export's module for (beam size, length penalty), kept: its
         signatures are what `translate` runs, traced once each.  Greedy
         search has no length penalty: one module answers every greedy call."""
@@ -611,7 +630,7 @@ class Translator(TaskModel):
         if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
             raise ValueError(f"beam_size must be a positive integer; received {beam_size!r}.")
         sentences = _strings(sentences, "sentences").tolist()
-        module = self._serving(beam_size, length_penalty)
+        module = self._module(beam_size, length_penalty)
         search = module.translate if beam_size == 1 else module.translate_beam
         outputs = []
         size = batch_size or BATCH_SIZE
@@ -630,6 +649,10 @@ class Translator(TaskModel):
         return module, {"task": "translation", "max_sequence_length": self.sequence_length,
                         "beam_size": BEAM_SIZE, "length_penalty": LENGTH_PENALTY}
 
+    def serving(self):
+        self._check_tokenizer()
+        return TranslationServing(self.tokenizer)
+
 
 def task_model_for(model, tokenizer=None, label_names=None):
     """The task model of a library backbone: a `Transformer` -> `Translator`;
@@ -643,6 +666,28 @@ def task_model_for(model, tokenizer=None, label_names=None):
     if not isinstance(model, VisionTransformer):
         return TimeSeriesClassifier(model, label_names)
     return None
+
+
+def serving_for(model, tokenizer=None, label_names=None):
+    """(the backbone, its `Serving`) of a task model, of a library backbone
+    with its `tokenizer` and `label_names` (`task_model_for`), or of a
+    `VisionTransformer`: what `export.verify` computes its reference with.
+
+    Any other Keras model (a user's own functional one) is served as
+    `export_model` exports it: `KerasModelServing`, its one declared input
+    in, `outputs` (and `labels` with `label_names`) out.
+    """
+    if isinstance(model, VisionTransformer):
+        return model, ClassifierServing.for_images(label_names)
+    if isinstance(model, Transformer) and tokenizer is None:
+        raise ValueError("A Transformer is served with its tokenizer; received tokenizer=None.")
+    if isinstance(model, CLASSIFIERS + (Transformer,)):
+        model = task_model_for(model, tokenizer, label_names)
+    if isinstance(model, TaskModel):
+        return model.backbone, model.serving()
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"model must be a Keras model; received {type(model).__name__}.")
+    return model, KerasModelServing(model, label_names)
 
 
 def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=False,
@@ -716,6 +761,9 @@ def export_model_tflite(model, path, quantize="none", overwrite=False, sequence_
     elif isinstance(model, CLASSIFIERS + (VisionTransformer,)):
         data = classifier_tflite(model, quantize, sequence_length, batch_size)
     elif isinstance(model, keras.Model):
+        if sequence_length is not None:
+            raise ValueError("sequence_length applies to the library's models; received "
+                             f"sequence_length={sequence_length!r} for {type(model).__name__}.")
         module = KerasModelModule(model)
         specs = [tf.TensorSpec([batch_size, *s.shape[1:]], s.dtype, name=s.name)
                  for s in module.serve.input_signature]
@@ -728,4 +776,4 @@ def export_model_tflite(model, path, quantize="none", overwrite=False, sequence_
 
 
 __all__ = ["TaskModel", "TextClassifier", "TimeSeriesClassifier", "Translator", "export_model",
-           "export_model_tflite", "task_model_for"]
+           "export_model_tflite", "serving_for", "task_model_for"]

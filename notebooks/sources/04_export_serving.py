@@ -198,7 +198,7 @@ for source, translation in zip(sentences, cli_output["translations"], strict=Fal
 # here (`python -m export verify` is the same from the shell).
 
 # %%
-report = verify_saved_model(EXPORT, model, run.task, use_saved_model_cli=False)
+report = verify_saved_model(EXPORT, run.task_model, use_saved_model_cli=False)
 print(json.dumps(report, indent=1))
 
 # %% [markdown]

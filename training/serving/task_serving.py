@@ -20,20 +20,13 @@ the kind of problem.
 |---|---|
 | `parse_input`, `batch_key`, `same_key_batches`, `outputs`, `format_outputs` | `training.runs.predict` (a run's Keras model) |
 | `signature_name`, `serving_inputs` | `training.runs.predict` (a SavedModel), `export.verify` |
-| `check_model`, `class_names`, `tflite_model`, `probe_inputs` | `export.saved_model`, `export.tflite`, `export.verify` |
+| `class_names`, `probe_inputs` | `export.verify` |
 """
 
 import numpy as np
 
-from keras_transformer.models import (
-    ClassifierEnsemble,
-    TextCNNClassifier,
-    Transformer,
-    TransformerClassifier,
-    VisionTransformer,
-)
 from training.monitor.evaluation import Translator
-from training.serving import signatures, tflite_programs
+from training.serving import signatures
 from training.serving.inputs import (
     ImageInputs,
     SeriesInputs,
@@ -50,24 +43,13 @@ class Serving:
 
     Args:
         name: The task's name (`Task.name`), for messages.
-        model_class: The Keras model class served, or a tuple of them.
     """
 
-    def __init__(self, name, model_class):
+    def __init__(self, name):
         self.name = name
-        self.model_class = model_class
 
     #: Only examples of equal `batch_key` share a batch (unmasked padding).
     same_key_batches = False
-
-    def check_model(self, model):
-        """Raises ValueError unless `model` is one of `model_class`."""
-        classes = self.model_class if isinstance(self.model_class, tuple) else (self.model_class,)
-        if not isinstance(model, classes):
-            names = " or ".join(c.__name__ for c in classes)
-            raise ValueError(
-                f"task={self.name!r} needs a {names}; received model={type(model).__name__}."
-            )
 
     def parse_input(self, example):
         """One raw input (a line of text, or already parsed) as `outputs` takes it."""
@@ -109,10 +91,6 @@ class Serving:
         """The served class names (`labels.txt`), or None without classes."""
         return None
 
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        """The `.tflite` flatbuffer (`export.tflite`)."""
-        raise NotImplementedError
-
     def probe_inputs(self, model, num_examples=6, seed=0):
         """Inputs that verification runs through an export."""
         raise NotImplementedError
@@ -126,7 +104,7 @@ class TranslationServing(Serving):
     """
 
     def __init__(self, tokenizer, name="translation"):
-        super().__init__(name, Transformer)
+        super().__init__(name)
         self.tokenizer = tokenizer
         self._translators = {}
 
@@ -176,15 +154,8 @@ class TranslationServing(Serving):
     def serving_inputs(self, examples):
         return {"sentences": np.asarray(list(examples), dtype=object)}
 
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        return tflite_programs.translator_tflite(model, quantize, sequence_length, batch_size)
-
     def probe_inputs(self, model, num_examples=6, seed=0):
         return text_probes(self.tokenizer, num_examples, seed)
-
-
-#: The classifiers a `ClassifierServing` of text or series serves.
-CLASSIFIERS = (TransformerClassifier, TextCNNClassifier, ClassifierEnsemble)
 
 
 class ClassifierServing(Serving):
@@ -199,12 +170,10 @@ class ClassifierServing(Serving):
             `SeriesInputs()` or `ImageInputs()` (`training.serving.inputs`).
         label_names: One name per class, or None ("0", "1", ...).
         name: The task's name, for messages.
-        model_class: The classifiers served (`CLASSIFIERS`, or
-            `VisionTransformer` for images).
     """
 
-    def __init__(self, inputs, label_names=None, name="classification", model_class=CLASSIFIERS):
-        super().__init__(name, model_class)
+    def __init__(self, inputs, label_names=None, name="classification"):
+        super().__init__(name)
         self.inputs = inputs
         self.label_names = None if label_names is None else [str(n) for n in label_names]
         self.same_key_batches = inputs.same_key_batches
@@ -219,7 +188,7 @@ class ClassifierServing(Serving):
 
     @classmethod
     def for_images(cls, label_names=None, name="image"):
-        return cls(ImageInputs(), label_names, name, VisionTransformer)
+        return cls(ImageInputs(), label_names, name)
 
     @property
     def tokenizer(self):
@@ -263,9 +232,58 @@ class ClassifierServing(Serving):
     def serving_inputs(self, examples):
         return self.inputs.serving_inputs(examples)
 
-    def tflite_model(self, model, quantize="none", sequence_length=None, batch_size=1):
-        """`training.serving.tflite_programs.classifier_tflite`: inputs -> probabilities."""
-        return tflite_programs.classifier_tflite(model, quantize, sequence_length, batch_size)
-
     def probe_inputs(self, model, num_examples=6, seed=0):
         return self.inputs.probes(model, num_examples, seed)
+
+
+class KerasModelServing(Serving):
+    """Any Keras model as `training.serving.signatures.KerasModelModule`
+    serves it: its one declared input in, `outputs` (and `labels`, the name
+    of each row's largest output) out; what `export.verify` checks a user's
+    own functional model's export against.
+
+    Args:
+        model: A built Keras model with one declared input and one output.
+        label_names: One name per output column, as given to the export.
+
+    Raises:
+        ValueError: If the model declares other than one input or output.
+    """
+
+    def __init__(self, model, label_names=None, name="keras_model"):
+        super().__init__(name)
+        inputs, outputs = (getattr(model, key, None) or [] for key in ("inputs", "outputs"))
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise ValueError(
+                f"model must declare one input and one output to be verified; received "
+                f"{len(inputs)} inputs and {len(outputs)} outputs ({type(model).__name__}).")
+        self.input_name = inputs[0].name.split(":")[0]
+        self.input_shape = tuple(inputs[0].shape[1:])
+        self.input_dtype = np.dtype(str(inputs[0].dtype))
+        self.label_names = None if label_names is None else [str(n) for n in label_names]
+
+    def _array(self, examples):
+        return np.asarray(examples, dtype=self.input_dtype)
+
+    def outputs(self, model, examples, beam_size=1, length_penalty=0.6):
+        self.check_beam_size(beam_size)
+        answer = np.asarray(model(self._array(examples), training=False))
+        outputs = {"outputs": answer}
+        if self.label_names is not None:
+            names = np.asarray([n.encode("utf-8") for n in self.label_names], dtype=object)
+            outputs["labels"] = names[answer.argmax(axis=-1)]
+        return outputs
+
+    def serving_inputs(self, examples):
+        return {self.input_name: self._array(examples)}
+
+    def probe_inputs(self, model, num_examples=6, seed=0):
+        """Seeded standard-normal inputs of the declared shape (8 where an axis
+        is free); a model of integer inputs (token ids) needs its own
+        `examples`, since no probe knows its vocabulary."""
+        if self.input_dtype.kind != "f":
+            raise ValueError(
+                f"examples must be given for a model whose input {self.input_name!r} is "
+                f"{self.input_dtype}; random probes are drawn for float inputs only.")
+        shape = (num_examples, *(8 if d is None else d for d in self.input_shape))
+        return np.random.default_rng(seed).standard_normal(shape).astype(self.input_dtype)

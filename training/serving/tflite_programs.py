@@ -1,7 +1,7 @@
 """The TFLite (LiteRT) programs: the classifiers and the greedy translator, converted.
 
 These functions return the `.tflite` bytes and know nothing of files or
-tasks; `export.tflite.export_tflite` writes them.
+tasks; `training.task_models.export_model_tflite` writes them.
 
 Both programs have fully static shapes, fixed when converting:
 
@@ -70,7 +70,7 @@ def is_tflite_file(path):
         return False
 
 
-#: What `export_tflite(overwrite=True)` may replace (`training.data.atomic.check_target`).
+#: What `export_model_tflite(overwrite=True)` may replace (`training.data.atomic.check_target`).
 REPLACEABLE = ("a .tflite model (a TFLite flatbuffer)", is_tflite_file)
 
 

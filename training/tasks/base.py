@@ -27,7 +27,7 @@ Who calls what:
 | `validation_score`, `callbacks`, `fit_validates`, `evaluate` | `training.train` |
 | `evaluation_plan_type`, `time_evaluation` | `training.loop.time_budget` |
 | `load_assets` | `training.runs.run_dir.load_run` |
-| `serving` | `training.runs.predict`, `export.*` (through `serving_of`) |
+| `serving` | `training.runs.predict`, `export.ctranslate2` (through `serving_of`) |
 """
 
 import os
