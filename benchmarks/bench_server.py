@@ -107,11 +107,9 @@ def build(quick, directory):
     """The export (base path), its loaded signature, tokenizer, sizes and CTranslate2 worker."""
     from export.saved_model import export_model
     from keras_transformer.models import Transformer
-    from training.tasks import get_task
 
     sizes = bench_serving.QUICK_SIZES if quick else bench_serving.SIZES
     tokenizer = bench_serving.synthetic_tokenizer()
-    task = get_task("translation", tokenizer=tokenizer)
     import keras
 
     keras.utils.set_random_seed(0)
@@ -123,7 +121,7 @@ def build(quick, directory):
     try:
         from export.ctranslate2 import export_ctranslate2
 
-        path = export_ctranslate2(model, task, os.path.join(directory, "ct2"))
+        path = export_ctranslate2(model, os.path.join(directory, "ct2"), tokenizer)
         worker = bench_serving.CTranslate2Worker(path)
     except ImportError as error:
         print(f"  CTranslate2 skipped: {error}", flush=True)

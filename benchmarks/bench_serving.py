@@ -62,8 +62,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.tasks import get_task
-
 SIZES = dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=1024,
              max_sequence_length=64)
 QUICK_SIZES = dict(SIZES, num_layers=1, hidden_dim=128, intermediate_dim=512)
@@ -144,14 +142,14 @@ class CTranslate2Worker:
         self.process.wait(timeout=60)
 
 
-def exports(model, task, directory):
+def exports(model, tokenizer, directory):
     """The SavedModel (loaded) and CTranslate2 exports of `model`: the
     latter as {quantization: CTranslate2Worker}, empty where ctranslate2
     is not installed."""
     from export.saved_model import export_model
 
     saved = os.path.join(directory, "saved_model")
-    export_model(model, saved, task.tokenizer, config={"benchmark": True})
+    export_model(model, saved, tokenizer, config={"benchmark": True})
     loaded = tf.saved_model.load(saved)
     workers = {}
     try:
@@ -160,8 +158,8 @@ def exports(model, task, directory):
         return loaded, workers
     for quantization in ("float32", "int8"):
         try:
-            path = export_ctranslate2(model, task, os.path.join(directory, f"ct2_{quantization}"),
-                                      quantization=quantization)
+            path = export_ctranslate2(model, os.path.join(directory, f"ct2_{quantization}"),
+                                      tokenizer, quantization=quantization)
         except ModuleNotFoundError as error:
             print(f"  CTranslate2 skipped: {error}")
             break
@@ -209,13 +207,12 @@ def speed(args, info):
 
     sizes = QUICK_SIZES if args.quick else SIZES
     tokenizer = synthetic_tokenizer()
-    task = get_task("translation", tokenizer=tokenizer)
     keras.utils.set_random_seed(0)
     model = Transformer(vocabulary_size=tokenizer.vocabulary_size, **sizes,
                         **MODELS[args.model])
     print(f"model {args.model} {sizes}, vocabulary {tokenizer.vocabulary_size}", flush=True)
     greedy, beam = keras_searches(model, sizes["max_sequence_length"])
-    loaded, ct2 = exports(model, task, tempfile.mkdtemp(prefix="kt_serving_"))
+    loaded, ct2 = exports(model, tokenizer, tempfile.mkdtemp(prefix="kt_serving_"))
     signatures = loaded.signatures
     vocabulary = list(tokenizer.vocabulary)
     latency = {path: {} for path in PATHS}
@@ -359,9 +356,9 @@ def quality(args):
         report["identical_to_keras"][name] = float(same)
     report["ctranslate2"] = {}
     for quantization in ("float32", "int8"):
-        path = export_ctranslate2(model, task, os.path.join(directory, f"ct2_{quantization}"),
+        path = export_ctranslate2(run.task_model, os.path.join(directory, f"ct2_{quantization}"),
                                   quantization=quantization)
-        result = verify_ctranslate2(run, path, sources, references, beam_size=BEAM)
+        result = verify_ctranslate2(run.task_model, path, sources, references, beam_size=BEAM)
         report["ctranslate2"][quantization] = result
     print(f"== quality: {len(sources)} test sentences of {report['run_dir']}", flush=True)
     for name in outputs:

@@ -56,10 +56,10 @@ def ctranslate2(args):
     """Writes the CTranslate2 model, prints its path and its agreement with Keras."""
     import_ctranslate2()  # a missing extra is told before the run loads
     run = load_run(args.run_dir)
-    path = export_ctranslate2(run.model, run.task, args.output,
-                              quantization=args.quantization, overwrite=args.overwrite)
+    path = export_ctranslate2(run.task_model, args.output, quantization=args.quantization,
+                              overwrite=args.overwrite)
     print(path)
-    report = verify_ctranslate2(run, path, translator=CTranslate2Translator(path))
+    report = verify_ctranslate2(run.task_model, path, translator=CTranslate2Translator(path))
     shares = [f"greedy {report['greedy']['identical_count']}/{report['num_sentences']}"]
     if report["beam"] is not None:
         shares.append(f"beam {report['beam_size']} (length penalty 0) "

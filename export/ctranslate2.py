@@ -76,8 +76,8 @@ from training.monitor.evaluation import Translator
 from training.runs.predict import answer_in_batches
 from training.serving.inputs import text_input, token_ids
 from training.serving.signatures import EXTRA_OUTPUT_LENGTH
-from training.serving.task_serving import Serving, TranslationServing
-from training.tasks.base import Task, serving_of
+from training.serving.task_serving import TranslationServing
+from training.task_models import Translator as TranslatorModel
 from training.text.detokenize import detokenize_ids
 from training.text.tokenizers import load_tokenizer
 
@@ -132,19 +132,22 @@ def _numpy(weight):
     return np.asarray(ops.convert_to_numpy(weight), dtype=np.float32)
 
 
-def _tokenizer_of(task_or_tokenizer):
-    tokenizer = getattr(task_or_tokenizer, "tokenizer", task_or_tokenizer)
+def _model_and_tokenizer(model, tokenizer):
+    """(the `Transformer`, its word-piece tokenizer) of a `Translator` task
+    model, or of a `Transformer` and the `tokenizer` given beside it."""
+    if isinstance(model, TranslatorModel):
+        model, tokenizer = model.backbone, (model.tokenizer if tokenizer is None else tokenizer)
     if tokenizer is None or not hasattr(tokenizer, "vocabulary") or not hasattr(tokenizer, "save"):
         raise ValueError(
-            "CTranslate2 export needs the run's WordPieceTokenizer (its vocabulary becomes "
-            f"CTranslate2's); received {type(tokenizer).__name__}."
+            "CTranslate2 export needs a Translator or a Transformer with its WordPieceTokenizer "
+            f"(its vocabulary becomes CTranslate2's); received tokenizer={type(tokenizer).__name__}."
         )
     if hasattr(tokenizer, "base"):  # CharNGramTokenizer: n-gram ids CTranslate2 cannot feed
         raise ValueError(
             "CTranslate2 export cannot represent character n-gram inputs (CharNGramTokenizer); "
             "it takes one token per position."
         )
-    return tokenizer
+    return model, tokenizer
 
 
 def check_representable(model, tokenizer=None):
@@ -341,7 +344,7 @@ def _check_quantization(quantization):
         )
 
 
-def export_ctranslate2(model, task_or_tokenizer, output_dir, quantization="float32",
+def export_ctranslate2(model, output_dir, tokenizer=None, quantization="float32",
                        overwrite=False):
     """Writes `model` as a CTranslate2 model directory, atomically.
 
@@ -352,10 +355,11 @@ def export_ctranslate2(model, task_or_tokenizer, output_dir, quantization="float
     nothing is left behind.
 
     Args:
-        model: A trained `Transformer` (task "translation").
-        task_or_tokenizer: The run's task (`run.task`, holding the
-            tokenizer) or the `WordPieceTokenizer` itself.
+        model: A trained `Translator` (`run.task_model` of a translation
+            run), or a `Transformer` with its `tokenizer`.
         output_dir: Target directory.
+        tokenizer: The `WordPieceTokenizer` of a bare `Transformer` (its
+            vocabulary becomes CTranslate2's); None for a `Translator`.
         quantization: Weight type: "float32", "int8", "int8_float32",
             "int16" or "float16" (CTranslate2's `quantization`; embeddings
             and linear weights are quantized, biases, norms and position
@@ -373,7 +377,7 @@ def export_ctranslate2(model, task_or_tokenizer, output_dir, quantization="float
             cannot represent (the message names the feature).
     """
     _check_quantization(quantization)
-    tokenizer = _tokenizer_of(task_or_tokenizer)
+    model, tokenizer = _model_and_tokenizer(model, tokenizer)
     import_ctranslate2()
     check_representable(model, tokenizer)
     output_dir = os.path.abspath(os.fspath(output_dir))
@@ -660,7 +664,7 @@ def _keras_tokens(decode_ids, ids):
     return outputs
 
 
-def verify_ctranslate2(run_or_model, model_dir, sentences=None, references=None, task=None,
+def verify_ctranslate2(model, model_dir, sentences=None, references=None, tokenizer=None,
                        beam_size=4, batch_size=BATCH_SIZE, min_identical=None, translator=None):
     """Compares a CTranslate2 export's translations with the Keras model's.
 
@@ -672,14 +676,14 @@ def verify_ctranslate2(run_or_model, model_dir, sentences=None, references=None,
     ids up to [END] are equal.
 
     Args:
-        run_or_model: A loaded run (`training.runs.run_dir.load_run`), or
-            the `Transformer` (then give `task`).
+        model: The `Translator` exported (`run.task_model`), or the
+            `Transformer` with its `tokenizer`.
         model_dir: Its CTranslate2 export.
-        sentences: Source sentences; the task's `probe_inputs(model)` if None.
+        sentences: Source sentences; in-vocabulary sentences and the
+            awkward probes (`TranslationServing.probe_inputs`) if None.
         references: Optional reference translations (one per sentence):
             BLEU of both systems against them is reported too.
-        task: The translation task (holding the tokenizer), when
-            `run_or_model` is a model.
+        tokenizer: The tokenizer of a bare `Transformer`.
         beam_size: Beams of the beam-search comparison (0 or 1: greedy only).
         batch_size: Sentences per batch.
         min_identical: Share of identical greedy translations required for
@@ -695,14 +699,10 @@ def verify_ctranslate2(run_or_model, model_dir, sentences=None, references=None,
         `references` when given, `beam_size`, `length_penalty` (0),
         `min_identical` and `ok`.
     """
-    model = getattr(run_or_model, "model", run_or_model)
-    task = task if task is not None else getattr(run_or_model, "task", None)
-    tokenizer = _tokenizer_of(task)
+    model, tokenizer = _model_and_tokenizer(model, tokenizer)
     translator = translator or CTranslate2Translator(model_dir)
     if sentences is None:
-        if not isinstance(task, (Task, Serving)):
-            raise ValueError("Pass the sentences, or the translation task that probes with its own.")
-        sentences = serving_of(task).probe_inputs(model)
+        sentences = TranslationServing(tokenizer).probe_inputs(model)
     sentences = [text_input(s) for s in sentences]
     if references is not None and len(references) != len(sentences):
         raise ValueError(

@@ -362,3 +362,34 @@ def test_the_private_read_finder_finds_one():
         "    return model._flatten_layers(), os._exit\n"
     )
     assert private_reads(source) == ["4: other._theirs", "11: model._flatten_layers"]
+
+
+#: Parameters that would make an exporter take the pipeline's objects.
+PIPELINE_PARAMETERS = {"task", "task_or_tokenizer", "run_or_model"}
+
+
+def _pipeline_parameters(source, name):
+    """'name:line function(parameter)' for each public function of `source`
+    that takes one of `PIPELINE_PARAMETERS`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            found += [f"{name}:{node.lineno} {node.name}({a.arg})" for a in arguments
+                      if a.arg in PIPELINE_PARAMETERS]
+    return found
+
+
+def test_the_exporters_take_a_model_never_a_task():
+    """export/'s functions (the SavedModel, TFLite and CTranslate2 exporters
+    and their verification) take a model: a task model, or a library
+    backbone with its tokenizer and class names, so a user's own model
+    exports and verifies as a run's does."""
+    found = [hit for path in sorted((ROOT / "export").glob("*.py"))
+             for hit in _pipeline_parameters(path.read_text(), path.name)]
+    assert found == []
+
+
+def test_the_pipeline_parameter_finder_finds_one():
+    source = "def export(model, task):\n    pass\n\ndef _inner(task):\n    pass\n"
+    assert _pipeline_parameters(source, "x.py") == ["x.py:1 export(task)"]

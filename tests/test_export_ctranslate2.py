@@ -38,6 +38,7 @@ from keras_transformer.layers import TokenStem  # noqa: E402
 from keras_transformer.models import Transformer, TransformerClassifier  # noqa: E402
 from keras_transformer.models.transformer_config import RESERVED_TOKENS  # noqa: E402
 from training.runs.predict import predict_run  # noqa: E402
+from training.task_models import Translator  # noqa: E402
 from training.tasks import get_task  # noqa: E402
 from training.text.tokenizers import WordPieceTokenizer  # noqa: E402
 
@@ -101,9 +102,10 @@ def translator_run(tmp_path_factory):
     tokenizer = tiny_tokenizer()
     run = types.SimpleNamespace(
         model=tiny_translator(), task=get_task("translation", tokenizer=tokenizer),
+        task_model=Translator(tiny_translator(), tokenizer),
         config={"length_penalty": 0.6}, run_dir=str(tmp_path_factory.mktemp("run")),
     )  # fmt: skip
-    path = export_ctranslate2(run.model, run.task, tmp_path_factory.mktemp("ct2") / "model")
+    path = export_ctranslate2(run.task_model, tmp_path_factory.mktemp("ct2") / "model")
     return run, path
 
 
@@ -114,7 +116,7 @@ def translator_run(tmp_path_factory):
 ], ids=["post-LN", "pre-LN", "learned-untied-narrow-heads-gelu"])
 def test_random_model_tokens_equal_keras(overrides, synthetic_tokenizer, tmp_path):
     model = _random_model(**overrides)
-    path = export_ctranslate2(model, synthetic_tokenizer, tmp_path / "model")
+    path = export_ctranslate2(model, tmp_path / "model", synthetic_tokenizer)
     translator = CTranslate2Translator(path, intra_threads=1)
     ids = _sources()
     max_length = min(ids.shape[1] + 50, MAX_SEQUENCE_LENGTH)
@@ -152,15 +154,16 @@ def test_trained_translator_round_trip(translator_run):
 
 def test_verification_reports_identical_shares(translator_run, synthetic_tokenizer, tmp_path):
     run, path = translator_run
-    report = verify_ctranslate2(run, path, sentences=SENTENCES[:8], references=SENTENCES[:8])
+    report = verify_ctranslate2(run.task_model, path, sentences=SENTENCES[:8],
+                                references=SENTENCES[:8])
     assert report["ok"] and report["greedy"]["identical"] == 1.0
     assert report["beam"]["identical"] == 1.0
     assert report["greedy"]["bleu_vs_keras"] == pytest.approx(100.0)
     assert report["greedy"]["bleu_keras"] == report["greedy"]["bleu_ctranslate2"] > 90
     # Another model's export must fail the float32 check.
     other = export_ctranslate2(_random_model(vocabulary_size=tiny_tokenizer().vocabulary_size),
-                               run.task, tmp_path / "other")
-    report = verify_ctranslate2(run, other, sentences=SENTENCES[:8], beam_size=1)
+                               tmp_path / "other", tiny_tokenizer())
+    report = verify_ctranslate2(run.task_model, other, sentences=SENTENCES[:8], beam_size=1)
     assert not report["ok"] and report["greedy"]["identical"] < 0.99
     assert report["beam"] is None and report["greedy"]["differences"]
 
@@ -180,7 +183,7 @@ def test_pad_is_never_generated(synthetic_tokenizer, tmp_path):
     expected = np.asarray(greedy_search(model, ids, max_length=MAX_SEQUENCE_LENGTH))
     assert (expected == 7).all()
     for quantization in ("float32", "int8", "float16"):
-        path = export_ctranslate2(model, synthetic_tokenizer, tmp_path / quantization,
+        path = export_ctranslate2(model, tmp_path / quantization, synthetic_tokenizer,
                                   quantization)
         translator = CTranslate2Translator(path, intra_threads=1)
         np.testing.assert_array_equal(translator.translate_ids(ids), expected)
@@ -211,7 +214,7 @@ def test_unrepresentable_models_are_refused(overrides, feature, synthetic_tokeni
     model = Transformer(vocabulary_size=len(VOCABULARY), num_layers=1, hidden_dim=16,
                         num_heads=2, intermediate_dim=16, max_sequence_length=8, **overrides)
     with pytest.raises(ValueError, match="CTranslate2 export cannot represent") as error:
-        export_ctranslate2(model, synthetic_tokenizer, tmp_path / "model")
+        export_ctranslate2(model, tmp_path / "model", synthetic_tokenizer)
     assert feature in str(error.value)
     assert os.listdir(tmp_path) == []
 
@@ -221,9 +224,9 @@ def test_classifier_and_unknown_quantization_are_refused(synthetic_tokenizer, tm
         TokenStem(len(VOCABULARY), hidden_dim=16, max_sequence_length=8),
         num_classes=2, num_layers=1, num_heads=2, intermediate_dim=16)
     with pytest.raises(ValueError, match="encoder-decoder Transformer"):
-        export_ctranslate2(classifier, synthetic_tokenizer, tmp_path / "model")
+        export_ctranslate2(classifier, tmp_path / "model", synthetic_tokenizer)
     with pytest.raises(ValueError, match="quantization must be one of"):
-        export_ctranslate2(_random_model(), synthetic_tokenizer, tmp_path / "model", "int4")
+        export_ctranslate2(_random_model(), tmp_path / "model", synthetic_tokenizer, "int4")
     assert os.listdir(tmp_path) == []
     assert QUANTIZATIONS == export_commands.CT2_QUANTIZATIONS  # --help's copy
 
@@ -231,7 +234,7 @@ def test_classifier_and_unknown_quantization_are_refused(synthetic_tokenizer, tm
 def test_missing_extra_is_one_line(monkeypatch, capsys, synthetic_tokenizer, tmp_path):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` fails
     with pytest.raises(ModuleNotFoundError) as error:
-        export_ctranslate2(_random_model(), synthetic_tokenizer, tmp_path / "model")
+        export_ctranslate2(_random_model(), tmp_path / "model", synthetic_tokenizer)
     message = str(error.value)
     assert "\n" not in message and 'pip install -e ".[ctranslate2]"' in message
     assert os.listdir(tmp_path) == []
@@ -244,10 +247,10 @@ def test_missing_extra_is_one_line(monkeypatch, capsys, synthetic_tokenizer, tmp
 def test_write_is_atomic(monkeypatch, synthetic_tokenizer, tmp_path):
     model = _random_model()
     target = tmp_path / "model"
-    path = export_ctranslate2(model, synthetic_tokenizer, target)
+    path = export_ctranslate2(model, target, synthetic_tokenizer)
     before = sorted(os.listdir(path))
     with pytest.raises(FileExistsError, match="overwrite"):
-        export_ctranslate2(model, synthetic_tokenizer, target)
+        export_ctranslate2(model, target, synthetic_tokenizer)
     assert sorted(os.listdir(path)) == before
 
     def broken(*args):
@@ -255,9 +258,9 @@ def test_write_is_atomic(monkeypatch, synthetic_tokenizer, tmp_path):
 
     monkeypatch.setattr(ct2_export, "_settings", broken)  # fails after the weights are written
     with pytest.raises(RuntimeError, match="disk full"):
-        export_ctranslate2(model, synthetic_tokenizer, tmp_path / "other")
+        export_ctranslate2(model, tmp_path / "other", synthetic_tokenizer)
     with pytest.raises(RuntimeError, match="disk full"):
-        export_ctranslate2(model, synthetic_tokenizer, target, overwrite=True)
+        export_ctranslate2(model, target, synthetic_tokenizer, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["model"]  # no temporary, no "other"
     assert sorted(os.listdir(path)) == before  # the old export kept
 
