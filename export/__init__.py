@@ -18,6 +18,6 @@ The exporters take a model, never a task or a config: what an export
 serves follows from the model (a `Translator` or `Transformer`, a text or
 series classifier, a `VisionTransformer`, or any other Keras model's typed
 inputs), a backbone's preprocessing given beside it (`tokenizer`,
-`label_names`).  Verification still reads a run's task for its reference
-outputs and probe inputs (`training.serving.task_serving`).
+`label_names`).  Verification computes its reference and probe inputs
+with the model's serving side (`training.task_models.serving_for`).
 """

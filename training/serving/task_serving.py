@@ -20,7 +20,7 @@ the kind of problem.
 |---|---|
 | `parse_input`, `batch_key`, `same_key_batches`, `outputs`, `format_outputs` | `training.runs.predict` (a run's Keras model) |
 | `signature_name`, `serving_inputs` | `training.runs.predict` (a SavedModel), `export.verify` |
-| `class_names`, `probe_inputs` | `export.verify` |
+| `probe_inputs` | `export.verify` |
 """
 
 import numpy as np
@@ -86,10 +86,6 @@ class Serving:
     def serving_inputs(self, examples):
         """{signature input key: array} of parsed `examples`."""
         raise NotImplementedError
-
-    def class_names(self, model):
-        """The served class names (`labels.txt`), or None without classes."""
-        return None
 
     def probe_inputs(self, model, num_examples=6, seed=0):
         """Inputs that verification runs through an export."""
