@@ -658,8 +658,16 @@ def task_model_for(model, tokenizer=None, label_names=None):
     """The task model of a library backbone: a `Transformer` -> `Translator`;
     a classifier with a `tokenizer` -> `TextClassifier`, without one -> a
     `TimeSeriesClassifier` of series; None for an image classifier, whose
-    backbone answers arrays itself."""
+    backbone answers arrays itself.
+
+    Raises:
+        ValueError: For a `Transformer` without its tokenizer (the task
+            model's strings go through it).
+    """
     if isinstance(model, Transformer):
+        if tokenizer is None:
+            raise ValueError("A Transformer exports with its tokenizer (and is served and "
+                             "verified with it); received tokenizer=None.")
         return Translator(model, tokenizer)
     if tokenizer is not None:
         return TextClassifier(model, tokenizer, label_names)
@@ -679,8 +687,6 @@ def serving_for(model, tokenizer=None, label_names=None):
     """
     if isinstance(model, VisionTransformer):
         return model, ClassifierServing.for_images(label_names)
-    if isinstance(model, Transformer) and tokenizer is None:
-        raise ValueError("A Transformer is served with its tokenizer; received tokenizer=None.")
     if isinstance(model, CLASSIFIERS + (Transformer,)):
         model = task_model_for(model, tokenizer, label_names)
     if isinstance(model, TaskModel):
@@ -708,8 +714,6 @@ def export_model(model, export_dir, tokenizer=None, label_names=None, overwrite=
     and atomic write are `write_saved_model`'s; `python -m export
     saved-model` writes a run's model through this function.
     """
-    if isinstance(model, Transformer) and tokenizer is None:
-        raise ValueError("A Transformer exports with its tokenizer; received tokenizer=None.")
     if isinstance(model, CLASSIFIERS + (Transformer,)):
         model = task_model_for(model, tokenizer, label_names)
     if isinstance(model, TaskModel):
