@@ -12,6 +12,7 @@ the wall clock asks for `quiet_machine`.
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +52,33 @@ def pytest_sessionfinish(session):
     background.stop()
 
 
+def pytest_unconfigure(config):
+    for run in _XDIST_RUNS:  # in xdist's controller, once every worker has ended
+        shutil.rmtree(background.shared_folder(run), ignore_errors=True)
+
+
+#: The run ids of the xdist workers this process started (its controller's).
+_XDIST_RUNS = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's hook, in the controller, for each worker it starts."""
+    _XDIST_RUNS.add(node.workerinput["testrunuid"])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist each test, its fixtures' set-up and tear-down
+    included, holds its share of the machine; a `quiet_machine` test holds it
+    alone, once the background checks have ended (tests/background.py)."""
+    alone = "quiet_machine" in item.fixturenames
+    if alone:
+        background.wait_all()
+    with background.machine_turn(alone=alone):
+        yield
+
+
 #: A watcher that sleeps this long wakes at once on a running machine.
 _WATCH_TICK = 0.05
 #: A wake-up later than this counts as the machine having stalled.
@@ -74,8 +102,9 @@ while True:
 
 @pytest.fixture
 def quiet_machine(tmp_path_factory):
-    """Waits until the background checks have ended: for a test that times
-    the wall clock and must not share the cores with them.
+    """Waits until the background checks have ended, and under pytest-xdist
+    until the other workers' running tests have (none starts until this test
+    ends): for a test that times the wall clock and must not share the cores.
 
     Returns `stalled()`: the seconds for which the machine itself stopped
     since then, as seen by a process of its own that only sleeps and wakes
