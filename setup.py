@@ -41,6 +41,8 @@ setup(
     extras_require={
         "dev": [
             "pytest>=8,<10",
+            # The README's test command runs the suite on two workers (-n 2).
+            "pytest-xdist>=3.5,<4",
             "ruff>=0.6",
             "nbclient>=0.10,<1",
             "nbformat>=5.9,<6",
