@@ -73,10 +73,13 @@ QUICK_OVERRIDES = ["epochs=1", "steps_per_epoch=3", "eval_sentences=0"]
 
 
 def as_typed(argv, work):
-    """`argv` as a user would type it: `python3` for this interpreter and
-    runs/bench_quality for the scratch folder, so that result files name no
-    path of the machine that ran them."""
+    """`argv` as a user would type it from the repository root: `python3` for
+    this interpreter, repository paths relative to it and runs/bench_quality
+    for the scratch folder, so that result files name no path of the machine
+    that ran them."""
+    root = os.path.join(common.REPO_ROOT, "")
     typed = ["python3" if arg == sys.executable else arg for arg in argv]
+    typed = [arg[len(root):] if arg.startswith(root) else arg for arg in typed]
     return [arg.replace(work, os.path.join("runs", "bench_quality")) for arg in typed]
 
 
