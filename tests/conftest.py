@@ -52,11 +52,6 @@ def pytest_sessionfinish(session):
     background.stop()
 
 
-def pytest_unconfigure(config):
-    for run in _XDIST_RUNS:  # in xdist's controller, once every worker has ended
-        shutil.rmtree(background.shared_folder(run), ignore_errors=True)
-
-
 #: The run ids of the xdist workers this process started (its controller's).
 _XDIST_RUNS = set()
 
@@ -65,6 +60,11 @@ _XDIST_RUNS = set()
 def pytest_configure_node(node):
     """pytest-xdist's hook, in the controller, for each worker it starts."""
     _XDIST_RUNS.add(node.workerinput["testrunuid"])
+
+
+def pytest_unconfigure(config):
+    for run in _XDIST_RUNS:  # in xdist's controller, once every worker has ended
+        shutil.rmtree(background.shared_folder(run), ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -112,8 +112,10 @@ def quiet_machine(tmp_path_factory):
     it meets alone with 6 s to spare).  The time a test's own process
     spends, however slowly, is not in it: a sleeping process is woken at
     once on a busy machine, and a stopped one is not.
+
+    The waiting is `pytest_runtest_protocol`'s, before the test's set-up, so
+    that the test takes the machine only once the checks have ended.
     """
-    background.wait_all()
     path = tmp_path_factory.mktemp("stalls") / "stalled"
     watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, str(path)])
     while not path.exists() and watcher.poll() is None:
