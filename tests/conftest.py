@@ -19,6 +19,12 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # Two workers, the background checks and their subprocesses share two
+    # cores: one op thread each (inherited by every process a test starts),
+    # instead of pools sized to the machine that spin against each other.
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import background  # noqa: E402  (tests/, on sys.path as conftest's folder)
 import keras  # noqa: E402
