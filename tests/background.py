@@ -21,6 +21,7 @@ This module imports no TensorFlow: the pool's processes import it to run a
 check.
 """
 
+import atexit
 import concurrent.futures
 import contextlib
 import fcntl
@@ -29,6 +30,7 @@ import multiprocessing
 import os
 import pathlib
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +111,34 @@ def machine_turn(alone=False):
             fcntl.flock(machine, fcntl.LOCK_UN)
             if alone:
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+def built_once(name, write, read):
+    """`read(path)` of what `write(path)` wrote: once for the whole run.
+
+    Under xdist the first worker to ask writes it into the run's shared
+    folder, holding a lock, and every worker (that one included) reads it
+    from there: a trained model or an export that each worker would
+    otherwise build for itself. Outside xdist, `write` goes to a fresh
+    temporary folder removed at exit."""
+    folder = shared_folder()
+    if folder is None:
+        directory = tempfile.mkdtemp(prefix=f"keras-transformer-{name}-")
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        path = pathlib.Path(directory) / name
+        write(path)
+        return read(path)
+    path = folder / f"built-{name}"
+    with open(folder / f"built-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (folder / f"built-{name}.done").exists():
+                shutil.rmtree(path, ignore_errors=True)
+                write(path)
+                (folder / f"built-{name}.done").touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return read(path)
 
 
 def call(module, function, args):

@@ -4,16 +4,15 @@ A word-piece vocabulary (at most 100 pieces; 100 here) is learned from 50 genera
 sentences; a 1-layer, d_model=16 Transformer is trained for a few hundred
 steps to copy them (so its greedy output is real text, not noise), and a
 classifier of the same size for a few steps to tell three sentence kinds
-apart. The builders are cached: each model is trained once however many test
-modules use it, and the module-scoped fixtures hand them out.
+apart. The builders are cached: each model is trained and exported once
+however many test modules use it, and under pytest-xdist once for all the
+workers (`background.built_once`: the others load the `.keras` file and read
+the export), and the module-scoped fixtures hand them out.
 """
 
-import atexit
 import functools
-import os
-import shutil
-import tempfile
 
+import background
 import keras
 import numpy as np
 import tensorflow as tf
@@ -64,8 +63,14 @@ def _token_rows(tokenizer):
 
 
 @functools.cache
-def tiny_translator(steps=300):
+def tiny_translator():
     """A copy-task Transformer (1 layer, d_model 16), trained with Adam."""
+    return background.built_once("tiny_translator.keras",
+                                 lambda path: _train_translator().save(path),
+                                 keras.models.load_model)
+
+
+def _train_translator(steps=300):
     tokenizer = tiny_tokenizer()
     keras.utils.set_random_seed(0)
     model = Transformer(
@@ -102,8 +107,14 @@ def tiny_translator(steps=300):
 
 
 @functools.cache
-def tiny_classifier(steps=30):
+def tiny_classifier():
     """A 3-class token classifier (1 layer, d_model 16), trained briefly."""
+    return background.built_once("tiny_classifier.keras",
+                                 lambda path: _train_classifier().save(path),
+                                 keras.models.load_model)
+
+
+def _train_classifier(steps=30):
     tokenizer = tiny_tokenizer()
     keras.utils.set_random_seed(0)
     model = TransformerClassifier(
@@ -125,27 +136,21 @@ def tiny_classifier(steps=30):
 
 
 @functools.cache
-def _scratch_directory():
-    directory = tempfile.mkdtemp(prefix="keras-transformer-export-tests-")
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    return directory
-
-
-@functools.cache
 def exported_translator():
-    """Path of a SavedModel of `tiny_translator()` (one export per session)."""
-    path = os.path.join(_scratch_directory(), "translator")
+    """Path of a SavedModel of `tiny_translator()` (one export per run)."""
     config = {"task": "translation", "model": tiny_translator().get_config()}
-    return export_model(tiny_translator(), path, tiny_tokenizer(), config=config)
+    return background.built_once(
+        "translator", lambda path: export_model(tiny_translator(), path, tiny_tokenizer(),
+                                                config=config), str)
 
 
 @functools.cache
 def exported_classifier():
-    """Path of a SavedModel of `tiny_classifier()` (one export per session)."""
-    path = os.path.join(_scratch_directory(), "classifier")
+    """Path of a SavedModel of `tiny_classifier()` (one export per run)."""
     config = {"task": "classification", "model": tiny_classifier().get_config()}
-    return export_model(tiny_classifier(), path, tiny_tokenizer(), list(LABEL_NAMES),
-                        config=config)
+    return background.built_once(
+        "classifier", lambda path: export_model(tiny_classifier(), path, tiny_tokenizer(),
+                                                list(LABEL_NAMES), config=config), str)
 
 
 def hostile_strings(count, seed=0):

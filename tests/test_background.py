@@ -95,3 +95,34 @@ def test_a_test_that_asks_for_the_machine_alone_waits_and_is_not_passed(monkeypa
                           "shared 2 in", "shared 2 out"]
     finally:
         shutil.rmtree(background.shared_folder())
+
+
+def test_what_the_workers_share_is_built_once_and_read_by_each(monkeypatch):
+    """Two workers asking at once: one writes, both read what it wrote; outside
+    xdist each process writes its own."""
+    run = f"built-once-{uuid.uuid4().hex}"
+    _as_xdist_worker(monkeypatch, "gw0", run)
+    writes, answers = [], []
+
+    def write(path):
+        writes.append(path)
+        time.sleep(0.2)  # the other asks while this one writes
+        path.write_text("built")
+
+    def ask():
+        answers.append(background.built_once("model.keras", write, lambda p: (p, p.read_text())))
+
+    try:
+        askers = [threading.Thread(target=ask) for _ in range(2)]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join()
+        assert len(writes) == 1 and answers == [(writes[0], "built")] * 2
+        assert writes[0].parent == background.shared_folder()
+    finally:
+        shutil.rmtree(background.shared_folder())
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    ask()
+    assert len(writes) == 2 and writes[1] != writes[0] and answers[-1] == (writes[1], "built")
