@@ -37,6 +37,15 @@ LOG = logging.getLogger("export.server")
 #: Exit status after SIGINT (128 + SIGINT, as `cli.errors.INTERRUPTED`).
 INTERRUPTED = 130
 
+# Seconds an idle kept-alive connection stays open.  A connection is closed
+# by a timer on the server's clock: if the whole process stalls past it (a
+# long garbage collection, a call that holds the GIL, the host paging), the
+# timer fires before a request the client sent meanwhile is read, and that
+# request is reset unanswered.  60 s, as a load balancer's idle timeout, so
+# only a stall of a minute can do that (uvicorn's default of 5 s was hit by
+# a 6-s stall in `tests/test_server_load.py`).
+KEEP_ALIVE_S = 60
+
 
 def batch_policy(options):
     """The `BatchPolicy` of `options`: TensorFlow Serving's batching, or each
@@ -119,7 +128,7 @@ class Server:
         config = uvicorn.Config(
             self.app, log_config=None, log_level="warning", access_log=False,
             lifespan="on", timeout_graceful_shutdown=options.timeout_ms / 1000 + 5,
-            timeout_keep_alive=5)
+            timeout_keep_alive=KEEP_ALIVE_S)
         self._uvicorn = _Uvicorn(config, self)
         self._thread = None
 
