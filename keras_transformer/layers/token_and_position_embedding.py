@@ -100,17 +100,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
             rows = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (B*T, d)
-            if inputs.shape[1] == 1:
-                # A decoding step: the table times the few rows, E x^T,
-                # transposed back, reads the table as it is stored; against
-                # E^T, XLA copied the (d, V) transpose on every step.
-                logits = ops.transpose(
-                    ops.matmul(self.embeddings, ops.transpose(rows))
-                )  # (B, V)
-            else:
-                # Many rows (training): x E^T, whose gradient is two matmuls
-                # (an einsum over broadcast rows materialised (rows, V, d)).
-                logits = ops.matmul(rows, ops.transpose(self.embeddings))  # (B*T, V)
+            # x E^T: TensorFlow folds the transpose into the matmul (and XLA
+            # into its dot), so the table is read as it is stored; its
+            # gradient is two matmuls (an einsum over broadcast rows
+            # materialised (rows, V, d)).
+            logits = ops.matmul(rows, ops.transpose(self.embeddings))  # (B*T, V)
             return ops.reshape(
                 logits, (*reshape_dims(inputs, len(inputs.shape) - 1), self.vocabulary_size)
             )  # (B, T, V)
