@@ -80,6 +80,8 @@ PATHS = ("keras", "saved_model:serving_default", "saved_model:translate_ids",
          "saved_model:translate_beam_xla",
          "tflite_float32", "tflite_int8", "ctranslate2_float32", "ctranslate2_int8")
 PEER = "ctranslate2_float32"
+#: Timed rounds a batch size (`--quick`: 5, batch 1 only).
+ROUNDS = {1: 15, 32: 7}
 
 
 def synthetic_tokenizer(size=8000):
@@ -218,7 +220,7 @@ def speed(args, info):
     latency = {path: {} for path in PATHS}
     groups = {}
     for batch in (1,) if args.quick else (1, 32):
-        repeats = 5 if args.quick else (15 if batch == 1 else 7)
+        repeats = 5 if args.quick else ROUNDS[batch]
         texts = sentences(batch)
         strings = tf.constant(texts)
         ids = tokenizer.tokenize(strings).to_tensor().numpy().astype(np.int32)

@@ -31,7 +31,6 @@ import time
 import common  # first: quiets TensorFlow's start
 
 SIGNATURES = ("serving_default", "translate_xla", "translate_beam", "translate_beam_xla")
-ROUNDS = {1: 15, 32: 7}  # bench_serving.py's
 
 
 def export(directory, package_root=None):
@@ -70,7 +69,7 @@ def compare(base_dir, candidate_dir):
     loaded = {"base": tf.saved_model.load(base_dir),
               "candidate": tf.saved_model.load(candidate_dir)}
     rows = []
-    for batch, rounds in ROUNDS.items():
+    for batch, rounds in bench_serving.ROUNDS.items():
         sentences = tf.constant(bench_serving.sentences(batch))
         for name in SIGNATURES:
             calls = {key: model.signatures[name] for key, model in loaded.items()}

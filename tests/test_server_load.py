@@ -84,15 +84,10 @@ def test_a_kept_alive_connection_outlives_a_stall_of_seconds():
     # under a request sent meanwhile, which was reset unanswered (with
     # uvicorn's 5-s default, one request in 1,200 of the test above).  Six
     # idle seconds must not close it.
-    server = shared_server()
-    host, port = server.url.split("//")[1].split(":")
-    request = (b"POST /v1/models/classifier:predict HTTP/1.1\r\nHost: x\r\n"
-               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(_BODY)
-               + _BODY)
-    with socket.create_connection((host, int(port)), timeout=30) as connection:
-        first = _exchange(connection, request)
+    with _connection(shared_server(), timeout=30) as connection:
+        first = _exchange(connection, _RAW_REQUEST)
         time.sleep(6)
-        second = _exchange(connection, request)
+        second = _exchange(connection, _RAW_REQUEST)
     assert first[0] == 200 and second == first, (first, second)
 
 
@@ -171,6 +166,16 @@ def _wait(condition, timeout=30):
 
 
 _BODY = json.dumps({"instances": SENTENCES[:1]}).encode()
+#: `_BODY` as the classifier's predict request, for a raw socket.
+_RAW_REQUEST = (b"POST /v1/models/classifier:predict HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(_BODY)
+                + _BODY)
+
+
+def _connection(server, timeout=10):
+    """A raw TCP connection to `server`."""
+    host, port = server.url.split("//")[1].split(":")
+    return socket.create_connection((host, int(port)), timeout=timeout)
 
 
 def _held(server, count):
@@ -197,16 +202,12 @@ def _answered_right(server):
 def test_a_client_that_disconnects_leaves_the_queue(tmp_path):
     base = str(tmp_path / "classifier")
     add_version(exported_classifier(), base, 1)
-    request = (b"POST /v1/models/classifier:predict HTTP/1.1\r\nHost: x\r\n"
-               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(_BODY)
-               + _BODY)
     with running_server({"classifier": base}) as server:
         gate, sender, result = _held(server, 1)
         batcher = server.manager.version("classifier").batchers["serving_default"]
         _wait(lambda: batcher.running == 1)  # its batch waits for the held thread
-        host, port = server.url.split("//")[1].split(":")
-        with socket.create_connection((host, int(port)), timeout=10) as gone:
-            gone.sendall(request)
+        with _connection(server) as gone:
+            gone.sendall(_RAW_REQUEST)
             _wait(lambda: batcher.queued == 1)
         _wait(lambda: batcher.queued == 0)  # closed: its row left the queue
         gate.set()

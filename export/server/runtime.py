@@ -42,8 +42,8 @@ INTERRUPTED = 130
 # long garbage collection, a call that holds the GIL, the host paging), the
 # timer fires before a request the client sent meanwhile is read, and that
 # request is reset unanswered.  60 s, as a load balancer's idle timeout, so
-# only a stall of a minute can do that (uvicorn's default of 5 s was hit by
-# a 6-s stall in `tests/test_server_load.py`).
+# only a stall of a minute can do that (uvicorn's default of 5 s was hit in
+# `tests/test_server_load.py` by a stall of a few seconds).
 KEEP_ALIVE_S = 60
 
 
