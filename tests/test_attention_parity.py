@@ -21,7 +21,16 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.layers import MultiHeadAttention, masked_softmax
+from keras_transformer.layers import (
+    MultiHeadAttention,
+    elementwise_attention,
+    elementwise_attention_limit,
+    masked_softmax,
+)
+from keras_transformer.layers.scaled_dot_product_attention import (
+    ELEMENTWISE_ATTENTION_LIMIT,
+    cached_attention_heads,
+)
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
     sinusoids,
@@ -262,3 +271,64 @@ def test_attention_over_all_padding_is_finite(policy, rng):
     )
     assert np.all(np.isfinite(ops.convert_to_numpy(ops.cast(out, "float32"))))
     np.testing.assert_allclose(ops.convert_to_numpy(weights)[1], 0.25, atol=1e-6)
+
+
+def _cached_inputs(rng, batch=3, queries=1, keys=5, dtype="float32"):
+    """Head-major query `(B, H, T, d_k)`, key and value caches and a mask
+    `(B, 1, T, S)` whose last row attends to nothing."""
+    query, key = _float(rng, batch, H, queries, 4), _float(rng, batch, H, keys, 4)
+    value = _float(rng, batch, H, keys, 3)
+    mask = rng.random((batch, 1, queries, keys)) < 0.7
+    mask[:, :, :, 0] = True
+    mask[-1] = False  # a fully masked row: uniform weights
+    return [ops.cast(t, dtype) for t in (query, key, value)] + [mask]
+
+
+@pytest.mark.parametrize("queries", [1, 4])
+def test_cached_attention_is_one_function_in_either_form(queries, rng):
+    """The elementwise form (small products) and the batched matmuls give the
+    same outputs and weights, eagerly and in a graph of unknown batch where
+    `ops.cond` picks the form at run time; a fully masked row is uniform."""
+    inputs = _cached_inputs(rng, queries=queries)
+    results = {}
+    for limit in (0, 10**9):
+        with elementwise_attention(limit):
+            results[limit] = cached_attention_heads(*inputs)
+            spec = [tf.TensorSpec((None, *t.shape[1:]), t.dtype) for t in inputs]
+            graph = tf.function(cached_attention_heads, input_signature=spec,
+                                autograph=False)
+            results[f"graph {limit}"] = graph(*inputs)
+    for name, (output, weights) in results.items():
+        np.testing.assert_allclose(output, results[0][0], atol=ATOL, err_msg=str(name))
+        np.testing.assert_allclose(weights, results[0][1], atol=ATOL, err_msg=str(name))
+        assert weights.dtype == "float32"
+        np.testing.assert_allclose(weights[-1], 1 / weights.shape[-1], atol=1e-7)
+        masked = ~np.broadcast_to(inputs[3], weights.shape)
+        masked[-1] = False  # the fully masked row: uniform instead
+        np.testing.assert_array_equal(np.asarray(weights)[masked], 0.0)
+
+
+def _op_types(limit, batch):
+    """The op types of `cached_attention_heads` traced under `limit`, for a
+    static batch or (None) an unknown one."""
+    inputs = _cached_inputs(np.random.default_rng(0))
+    spec = [tf.TensorSpec((batch, *t.shape[1:]), t.dtype) for t in inputs]
+    with elementwise_attention(limit):
+        graph = tf.function(cached_attention_heads, autograph=False).get_concrete_function(*spec)
+    return {op.type for op in graph.graph.get_operations()}
+
+
+def test_the_limit_picks_the_form_at_trace_time_where_it_can():
+    """Static shapes choose while tracing (no conditional), an unknown batch
+    at run time; a limit of 0 (XLA programs, TFLite) is batched matmuls only;
+    the TensorFlow backend's default limit is the measured one."""
+    small = _op_types(10**9, batch=3)
+    assert "Exp" in small and not small & {"BatchMatMulV2", "Einsum", "StatelessIf", "If"}
+    batched = _op_types(0, batch=None)
+    assert {"BatchMatMulV2", "Einsum"} <= batched and "Exp" not in batched
+    assert not batched & {"StatelessIf", "If"}
+    assert _op_types(10**9, batch=None) & {"StatelessIf", "If"}
+    assert elementwise_attention_limit() == ELEMENTWISE_ATTENTION_LIMIT > 0
+    with elementwise_attention(0):
+        assert elementwise_attention_limit() == 0
+    assert elementwise_attention_limit() == ELEMENTWISE_ATTENTION_LIMIT

@@ -1,7 +1,8 @@
 """Every decoding path runs the model's own layers, for every model option.
 
 One path only: greedy and beam search, eagerly, in a graph and under XLA,
-and the SavedModel's id signatures all call `Transformer.decode_step`, so
+and the SavedModel's id signatures all call `Transformer.decode_step` (its
+attention over the cache elementwise or in batched matmuls, both checked), so
 for each option a user can build (pre- or post-LN, ReLU or GELU, learned or
 sinusoidal positions, tied or untied embeddings, key widths other than
 d_model / h, a mixed dtype policy) their tokens must equal those of the
@@ -16,6 +17,7 @@ import tensorflow as tf
 from test_decoding import full_model_greedy, full_model_scores
 
 from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.layers import elementwise_attention
 from keras_transformer.models import START_ID, Transformer
 from training.serving.signatures import TranslatorModule, bucket_size, pad_to_buckets
 
@@ -60,6 +62,14 @@ def test_greedy_eagerly_in_a_graph_and_under_xla_is_the_full_models(option):
         search = tf.function(lambda ids: greedy_search(model, ids, max_length=STEPS),
                              jit_compile=jit_compile, autograph=False)
         np.testing.assert_array_equal(search(tf.constant(SOURCE)), expected)
+    # Shapes unknown when traced: each step's attention picks its form at
+    # run time; with limit 0 every step is batched matmuls.
+    for limit in (0, 10**9):
+        with elementwise_attention(limit):
+            search = tf.function(lambda ids: greedy_search(model, ids, max_length=STEPS),
+                                 input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                                 autograph=False)
+            np.testing.assert_array_equal(search(tf.constant(SOURCE)), expected)
 
 
 def test_beam_search_of_one_beam_is_greedy_and_scores_are_the_full_models(option):

@@ -15,6 +15,8 @@ from keras_transformer.layers.position_embedding import (
 )
 from keras_transformer.layers.scaled_dot_product_attention import (
     additive_attention,
+    elementwise_attention,
+    elementwise_attention_limit,
     masked_softmax,
     scaled_dot_product_attention,
 )
@@ -63,6 +65,8 @@ __all__ = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "additive_attention",
+    "elementwise_attention",
+    "elementwise_attention_limit",
     "causal_mask",
     "fill_missing",
     "interpolate_positions",

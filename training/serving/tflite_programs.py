@@ -49,6 +49,7 @@ from tensorflow.python.framework.convert_to_constants import (
     convert_variables_to_constants_v2,
 )
 
+from keras_transformer.layers import elementwise_attention
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
 from training.serving import QUANTIZATIONS
@@ -253,6 +254,9 @@ def translator_tflite(model, quantize="none", source_length=None, batch_size=1):
     @tf.function(autograph=False)  # an explicit tf.while_loop: nothing to convert
     def translate(encoder_token_ids):
         ids = replace_invalid_ids(encoder_token_ids, model.config.vocabulary_size)
-        return {"token_ids": static_greedy_search(model, ids, max_length)}
+        # Batched attention matmuls: LiteRT's kernels have none of the
+        # per-op hand-off that the elementwise form saves a TF graph.
+        with elementwise_attention(0):
+            return {"token_ids": static_greedy_search(model, ids, max_length)}
 
     return _convert(translate, spec, quantize)
