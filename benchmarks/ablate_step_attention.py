@@ -17,7 +17,6 @@ agree, and appends the run to benchmarks/results/ablate_step_attention.json.
 """
 
 import statistics
-import time
 
 import common  # first: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads
 import numpy as np
@@ -71,22 +70,17 @@ def main():
             runs = {form: loop(limit, inputs, jit_compile) for form, limit in FORMS.items()}
             outputs = {form: run().numpy() for form, run in runs.items()}  # traces
             np.testing.assert_allclose(outputs["elementwise"], outputs["batched"], atol=1e-4)
-            seconds = {form: [] for form in runs}
-            for index in range(rounds):
-                for form in (list(runs) if index % 2 == 0 else list(runs)[::-1]):
-                    started = time.perf_counter()
-                    runs[form]().numpy()
-                    seconds[form].append((time.perf_counter() - started) / STEPS)
-            ratios = [e / b for e, b in zip(seconds["elementwise"], seconds["batched"],
-                                            strict=True)]
-            quartiles = statistics.quantiles(ratios, n=4)
+            seconds = common.interleave(
+                {form: (lambda run=run: run().numpy()) for form, run in runs.items()},
+                rounds, warmup=0, verbose=False)
+            seconds = {form: [s / STEPS for s in series] for form, series in seconds.items()}
+            median, quartiles = common.paired_ratio(seconds["elementwise"], seconds["batched"])
             size = batch * HEADS * queries * keys * WIDTH
             row = {"xla": jit_compile, "rows": batch, "queries": queries, "keys": keys,
                    "product": size, "elementwise_chosen": size <= ELEMENTWISE_ATTENTION_LIMIT,
                    **{f"{form}_us": round(1e6 * statistics.median(s), 1)
                       for form, s in seconds.items()},
-                   "ratio_median": round(statistics.median(ratios), 3),
-                   "ratio_quartiles": [round(quartiles[0], 3), round(quartiles[2], 3)]}
+                   "ratio_median": median, "ratio_quartiles": quartiles}
             rows.append(row)
             print(f"{'xla  ' if jit_compile else 'graph'} B={batch:3d} T={queries} S={keys:2d} "
                   f"product {size:8d} ({'elementwise' if row['elementwise_chosen'] else 'batched'}"

@@ -175,6 +175,15 @@ def compare(times, baseline, candidate):
     }
 
 
+def paired_ratio(numerator, denominator):
+    """Median and `[lower, upper]` quartiles of the per-round ratios
+    `numerator[i] / denominator[i]` of two `interleave` series, each rounded
+    to three digits (quartiles as `statistics.quantiles` cuts them)."""
+    ratios = [n / d for n, d in zip(numerator, denominator, strict=True)]
+    quartiles = statistics.quantiles(ratios, n=4)
+    return round(statistics.median(ratios), 3), [round(quartiles[0], 3), round(quartiles[2], 3)]
+
+
 def fmt(stats, scale=1.0, unit="s", digits=3):
     """'median [q1, q3] (min..max) unit' of a `summarize` dict."""
     s = {k: stats[k] * scale for k in ("median", "q1", "q3", "min", "max")}

@@ -26,7 +26,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import common  # first: quiets TensorFlow's start
 
@@ -75,22 +74,16 @@ def compare(base_dir, candidate_dir):
             calls = {key: model.signatures[name] for key, model in loaded.items()}
             first = {key: call(sentences=sentences)["translations"].numpy()
                      for key, call in calls.items()}  # untimed: traces and compiles
-            seconds = {key: [] for key in calls}
-            for index in range(rounds):
-                order = list(calls) if index % 2 == 0 else list(calls)[::-1]
-                for key in order:
-                    time.sleep(bench_serving.PAUSE)
-                    started = time.perf_counter()
-                    calls[key](sentences=sentences)
-                    seconds[key].append(time.perf_counter() - started)
-            ratios = [c / b for c, b in zip(seconds["candidate"], seconds["base"], strict=True)]
-            quartiles = statistics.quantiles(ratios, n=4)
+            seconds = common.interleave(
+                {key: (lambda call=call, feed=sentences: call(sentences=feed))
+                 for key, call in calls.items()},
+                rounds, warmup=0, verbose=False, pause=bench_serving.PAUSE)
+            median, quartiles = common.paired_ratio(seconds["candidate"], seconds["base"])
             row = {"batch": batch, "signature": name,
                    "identical": bool((first["base"] == first["candidate"]).all()),
                    "base_ms": round(1000 * statistics.median(seconds["base"]), 1),
                    "candidate_ms": round(1000 * statistics.median(seconds["candidate"]), 1),
-                   "ratio_median": round(statistics.median(ratios), 3),
-                   "ratio_quartiles": [round(quartiles[0], 3), round(quartiles[2], 3)]}
+                   "ratio_median": median, "ratio_quartiles": quartiles}
             rows.append(row)
             print(f"batch {batch:2d} {name:20s} base {row['base_ms']:7.1f} ms  candidate "
                   f"{row['candidate_ms']:7.1f} ms  paired {row['ratio_median']:.3f} "

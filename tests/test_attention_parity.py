@@ -273,7 +273,7 @@ def test_attention_over_all_padding_is_finite(policy, rng):
     np.testing.assert_allclose(ops.convert_to_numpy(weights)[1], 0.25, atol=1e-6)
 
 
-def _cached_inputs(rng, batch=3, queries=1, keys=5, dtype="float32"):
+def _cached_inputs(rng, batch=3, queries=1, keys=5):
     """Head-major query `(B, H, T, d_k)`, key and value caches and a mask
     `(B, 1, T, S)` whose last row attends to nothing."""
     query, key = _float(rng, batch, H, queries, 4), _float(rng, batch, H, keys, 4)
@@ -281,7 +281,7 @@ def _cached_inputs(rng, batch=3, queries=1, keys=5, dtype="float32"):
     mask = rng.random((batch, 1, queries, keys)) < 0.7
     mask[:, :, :, 0] = True
     mask[-1] = False  # a fully masked row: uniform weights
-    return [ops.cast(t, dtype) for t in (query, key, value)] + [mask]
+    return [query, key, value, mask]
 
 
 @pytest.mark.parametrize("queries", [1, 4])
