@@ -61,6 +61,26 @@ def weights_read_once(model):
     return lambda: keras.StatelessScope(state_mapping=pairs)
 
 
+def map_written_entries(fn, cache, static_entries):
+    """`fn` on every tensor of `cache`, except those of the dict entries named static.
+
+    A static entry (one `decode_step` never writes, such as the encoder's
+    cross-attention keys/values) is the same for every beam of a sentence: it
+    keeps one row per sentence, which `decode_step` reads for all the
+    sentence's beams at once, so beam search neither tiles nor reorders it.
+    """
+
+    def apply(entry):
+        return keras.tree.map_structure(fn, entry)
+
+    if not isinstance(cache, dict):
+        return apply(cache)
+    return {
+        name: entry if name in static_entries else apply(entry)
+        for name, entry in cache.items()
+    }
+
+
 def _read(variable):
     """The value of `variable` as a tensor: on TensorFlow `ops.copy` reads it
     (its `value` is the `tf.Variable` itself, read again at every use);

@@ -1,12 +1,12 @@
 """Beam search with the GNMT length penalty over the decoder's key/value cache."""
 
-import keras
 from keras import ops
 
 from keras_transformer.decoding._common import (
     NEG_INF,
     flat_row_indices,
     gnmt_length_penalty,
+    map_written_entries,
     resolve_max_length,
     take_per_row,
     top_k_log_probs,
@@ -17,34 +17,14 @@ from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
 
 
-def _map_per_beam(fn, cache, static_entries):
-    """`fn` on every tensor of `cache`, except those of the dict entries named static.
-
-    A static entry (one `decode_step` never writes, such as the encoder's
-    cross-attention keys/values) is the same for every beam of a sentence: it
-    keeps one row per sentence, which `decode_step` reads for all the
-    sentence's beams at once, so it is neither tiled nor reordered.
-    """
-
-    def apply(entry):
-        return keras.tree.map_structure(fn, entry)
-
-    if not isinstance(cache, dict):
-        return apply(cache)
-    return {
-        name: entry if name in static_entries else apply(entry)
-        for name, entry in cache.items()
-    }
-
-
 def _tile_cache(cache, beams, static_entries):
     """Every per-beam cache entry repeated `beams` times on axis 0."""
-    return _map_per_beam(lambda t: ops.repeat(t, beams, axis=0), cache, static_entries)
+    return map_written_entries(lambda t: ops.repeat(t, beams, axis=0), cache, static_entries)
 
 
 def _reorder_cache(cache, rows, static_entries):
     """Rows `rows` of every per-beam cache entry (`rows` stay within a sentence)."""
-    return _map_per_beam(lambda t: ops.take(t, rows, axis=0), cache, static_entries)
+    return map_written_entries(lambda t: ops.take(t, rows, axis=0), cache, static_entries)
 
 
 def beam_search(
