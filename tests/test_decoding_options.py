@@ -19,6 +19,7 @@ from test_decoding import full_model_greedy, full_model_scores
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.layers import elementwise_attention
 from keras_transformer.models import START_ID, Transformer
+from training.serving.in_place import graph_cache_writes
 from training.serving.signatures import TranslatorModule, bucket_size, pad_to_buckets
 
 OPTIONS = {
@@ -137,3 +138,74 @@ def test_xla_greedy_of_a_single_short_source_is_the_graphs():
     expected = greedy_search(model, ids, max_length=min(ids.shape[1] + 50, 12))
     got = tf.function(module._greedy_xla, autograph=False)(ids)
     np.testing.assert_array_equal(got, expected)
+
+
+def _op_types(concrete):
+    """The op types of a traced function, its loop bodies' included."""
+    graph = concrete.graph.as_graph_def()
+    nodes = list(graph.node)
+    for function in graph.library.function:
+        nodes.extend(function.node_def)
+    return {node.op for node in nodes}
+
+
+def test_a_search_offered_the_tensorflow_writer_writes_its_own_cache_in_place():
+    # Traced inside `graph_cache_writes()` (as the SavedModel's graph
+    # signatures are), the searches copy their caches once and write each
+    # step into those buffers; the tokens and beams stay those of the
+    # functional writes, call after call.  Without it (XLA's programs, a
+    # user's own graph) they write functionally.
+    model = model_of({}, seed=1)
+    spec = [tf.TensorSpec([None, None], tf.int32)]
+
+    def traced(search):
+        def run(ids):
+            with graph_cache_writes():
+                return search(ids)
+        return tf.function(run, input_signature=spec, autograph=False)
+
+    def greedy(ids):
+        return greedy_search(model, ids, max_length=STEPS)
+
+    def beam(ids):
+        return beam_search(model, ids, beam_size=3, max_length=STEPS, return_all_beams=True)
+
+    for search in (greedy, beam):
+        in_place = _op_types(traced(search).get_concrete_function())
+        assert {"InplaceUpdate", "DeepCopy"} <= in_place
+        assert "TensorScatterUpdate" not in in_place
+        plain = _op_types(tf.function(search, input_signature=spec,
+                                      autograph=False).get_concrete_function())
+        assert "TensorScatterUpdate" in plain and "InplaceUpdate" not in plain
+
+    expected = np.asarray(greedy(SOURCE))
+    other = SOURCE[::-1, :4].copy()
+    greedy_in_place = traced(greedy)
+    for _ in range(2):  # a call starts from fresh buffers: nothing carries over
+        np.testing.assert_array_equal(greedy_in_place(tf.constant(SOURCE)), expected)
+        greedy_in_place(tf.constant(other))
+    tokens, scores = beam(SOURCE)
+    in_place_tokens, in_place_scores = traced(beam)(tf.constant(SOURCE))
+    np.testing.assert_array_equal(in_place_tokens, tokens)
+    np.testing.assert_allclose(in_place_scores, scores, atol=1e-5)
+
+
+def test_decode_step_outside_a_search_leaves_the_callers_cache_as_it_was():
+    # Only a search's own buffers are written in place: a step run in the
+    # writer's context but outside a search returns a new cache and the one
+    # passed in is unchanged.
+    # (Shapes unknown, as in an export: the zero caches are then one
+    # buffer to the graph optimizer, which a write in place would reach.)
+    model = model_of({}, seed=1)
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def step(ids):
+        cache = model.init_cache(ids, model.encode(ids, training=False), STEPS)
+        start = tf.fill((tf.shape(ids)[0], 1), START_ID)
+        with graph_cache_writes():
+            _, written = model.decode_step(start, cache, 0)
+        return cache["self_key"][0], cache["self_value"][1], written["self_key"][0]
+
+    key_before, value_before, key_after = step(tf.constant(SOURCE))
+    assert not np.any(key_before) and not np.any(value_before)
+    assert np.any(key_after[:, :, 0]) and not np.any(key_after[:, :, 1:])

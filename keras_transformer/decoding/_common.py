@@ -8,6 +8,7 @@ eagerly, inside a `tf.function` and under XLA.
 import keras
 from keras import ops
 
+from keras_transformer.layers import kv_cache
 from keras_transformer.layers._shapes import leading_shape
 
 # Section 6.1: "We set the maximum output length during inference to input
@@ -67,7 +68,8 @@ def map_written_entries(fn, cache, static_entries):
     A static entry (one `decode_step` never writes, such as the encoder's
     cross-attention keys/values) is the same for every beam of a sentence: it
     keeps one row per sentence, which `decode_step` reads for all the
-    sentence's beams at once, so beam search neither tiles nor reorders it.
+    sentence's beams at once, so beam search neither tiles nor reorders it,
+    and no search copies it.
     """
 
     def apply(entry):
@@ -79,6 +81,25 @@ def map_written_entries(fn, cache, static_entries):
         name: entry if name in static_entries else apply(entry)
         for name, entry in cache.items()
     }
+
+
+def owned_cache(cache, static_entries=()):
+    """`(cache, writer)`: the cache a search loops over, and how its steps write it.
+
+    With a writer offered by the caller (`kv_cache.writes_in_place`), every
+    entry a step writes (all but `static_entries`) is copied once, before
+    the loop, into a buffer of the search's own (`writer.copy`), and the
+    loop's body traces `decode_step` inside `kv_cache.writing(writer)`, so
+    each step writes its position into those buffers instead of into a
+    copy of the whole cache.  Nothing but the loop holds them, and a step
+    writes only after the step before it has read the cache (its token
+    comes from those reads).  Without one, `(cache, None)`: functional
+    writes.
+    """
+    writer = kv_cache.offered_writer()
+    if writer is None:
+        return cache, None
+    return map_written_entries(writer.copy, cache, frozenset(static_entries)), writer
 
 
 def _read(variable):

@@ -7,12 +7,14 @@ from keras_transformer.decoding._common import (
     flat_row_indices,
     gnmt_length_penalty,
     map_written_entries,
+    owned_cache,
     resolve_max_length,
     take_per_row,
     top_k_log_probs,
     weights_read_once,
     write_position,
 )
+from keras_transformer.layers import kv_cache
 from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
 
@@ -130,7 +132,7 @@ def beam_search(
     cache = model.init_cache(encoder_token_ids, encoder_output, buffer_length)
     static_entries = frozenset(getattr(model, "static_cache_entries", ()))
     # Row b * k + j of every other entry is beam j of sentence b: (B * k, ...).
-    cache = _tile_cache(cache, k, static_entries)
+    cache, writer = owned_cache(_tile_cache(cache, k, static_entries), static_entries)
     weights_scope = weights_read_once(model)
 
     def cond(state):
@@ -148,7 +150,7 @@ def beam_search(
         index, alive_ids = state["index"], state["alive_ids"]
         last_ids = ops.take(alive_ids, index, axis=2)  # (B, k)
         last_ids = ops.reshape(last_ids, (-1, 1))  # (B * k, 1)
-        with weights_scope():
+        with weights_scope(), kv_cache.writing(writer):
             logits, cache = model.decode_step(last_ids, state["cache"], index)
         # The best 2k extensions of a sentence are among the best 2k tokens
         # of each of its beams (all V if fewer): rank per beam, then the k * c.

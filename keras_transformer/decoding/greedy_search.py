@@ -3,11 +3,13 @@
 from keras import ops
 
 from keras_transformer.decoding._common import (
+    owned_cache,
     resolve_max_length,
     weights_read_once,
     without_pad,
     write_position,
 )
+from keras_transformer.layers import kv_cache
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID
 
 
@@ -69,6 +71,7 @@ def greedy_search(
     batch = ops.shape(encoder_token_ids)[0]
     encoder_output = model.encode(encoder_token_ids, training=False)  # (B, S, d)
     cache = model.init_cache(encoder_token_ids, encoder_output, max_length)
+    cache, writer = owned_cache(cache, getattr(model, "static_cache_entries", ()))
     weights_scope = weights_read_once(model)
 
     def cond(index, last_ids, token_ids, finished, cache):
@@ -77,7 +80,7 @@ def greedy_search(
         )
 
     def body(index, last_ids, token_ids, finished, cache):
-        with weights_scope():
+        with weights_scope(), kv_cache.writing(writer):
             logits, cache = model.decode_step(last_ids, cache, index)  # (B, V)
         # The most likely token: the log-softmax is the logits shifted per
         # row, so the argmax of the logits is the same and skips a pass over V.

@@ -7,11 +7,65 @@ transpose.
 `MultiHeadAttention` calls `write_caches` through this module's namespace, so
 `benchmarks/ablate_cache_write.py` can swap in another write by assigning
 `kv_cache.write_caches`.
+
+A TensorFlow graph copies the whole cache on every functional write (its
+scatter kernel on the CPU never reuses the input's buffer).  A caller that
+runs a search in such a graph may offer an in-place writer
+(`writes_in_place`); the searches (`greedy_search`, `beam_search`) then copy
+their caches once into buffers of their own and write each step's position
+into them.  The writer is backend code (TensorFlow's is
+`training.serving.in_place.TENSORFLOW_IN_PLACE`); this module stays in
+`keras.ops`.
 """
+
+import contextlib
+import contextvars
 
 from keras import ops
 
 from keras_transformer.layers._shapes import leading_shape
+
+_OFFERED = contextvars.ContextVar("keras_transformer_offered_cache_writer", default=None)
+_ACTIVE = contextvars.ContextVar("keras_transformer_active_cache_writer", default=None)
+
+
+@contextlib.contextmanager
+def writes_in_place(writer):
+    """Within this context, a search traced here writes its caches in place with `writer`.
+
+    `writer` has two methods: `copy(tensor)`, a copy in a buffer no other
+    tensor shares (one the graph optimizer neither merges with an equal copy
+    nor folds into a constant), and `update_rows(cache, indices, values)`,
+    `cache` `(B, h, S, d)` with rows `indices` `(M,)` of its `(B * h * S,
+    d)` view set to `values` `(M, d)` in its own buffer, returned.  A search
+    takes the writer when it is traced (`decoding._common.owned_cache`):
+    it copies the cache entries a step writes, then
+    traces each step inside `writing(writer)`, so nothing but its own loop
+    holds the buffers it writes.  A step run outside a search stays
+    functional.  Enter it only where the writer's ops run: TensorFlow's has
+    no XLA kernel, and a program XLA compiles updates in place itself.
+    """
+    token = _OFFERED.set(writer)
+    try:
+        yield
+    finally:
+        _OFFERED.reset(token)
+
+
+def offered_writer():
+    """The writer of the innermost `writes_in_place`, or None."""
+    return _OFFERED.get()
+
+
+@contextlib.contextmanager
+def writing(writer):
+    """A search's step: one-position writes traced here go through `writer`
+    (None: functional writes).  For the searches, on buffers they own."""
+    token = _ACTIVE.set(writer)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
 
 
 def write_cache(cache, new, index):
@@ -21,8 +75,9 @@ def write_cache(cache, new, index):
     which costs less than a `slice_update` of the same position in a
     TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
     place there: the runtime copies the whole cache on every write, so a
-    step's write still grows with `S_max` (XLA updates it in place).
-    Several positions (a prompt) go through `slice_update`.
+    step's write grows with `S_max`, unless a search writes its own
+    buffers in place (`writes_in_place`); XLA updates in place itself.  Several
+    positions (a prompt) go through `slice_update`.
     """
     new = ops.cast(new, cache.dtype)
     if new.shape[1] != 1:
@@ -83,9 +138,13 @@ def write_caches(caches, news, index):
 
 
 def _position_rows(cache, index):
-    """The scatter indices of one position: `(B * h, 3)` [row, head, index]."""
+    """The rows that write one position: `(B * h, 3)` [row, head, index]
+    scatter indices, or in place the `(B * h,)` rows `(b * h + head) * S_max
+    + index` of the cache seen as `(B * h * S_max, d)`."""
     heads = cache.shape[1]
     flat = ops.arange(leading_shape(cache, 1)[0] * heads, dtype="int32")  # (B * h,)
+    if _ACTIVE.get() is not None:
+        return flat * cache_length(cache) + ops.cast(index, "int32")  # (B * h,)
     return ops.stack(
         [
             ops.floor_divide(flat, heads),  # batch row
@@ -98,7 +157,11 @@ def _position_rows(cache, index):
 
 def _scatter_position(cache, new, rows):
     # (B, 1, h, d) -> (B * h, d): row b * h + head, as `rows`; no transpose.
-    return ops.scatter_update(cache, rows, ops.reshape(new, (-1, cache.shape[3])))
+    new = ops.reshape(new, (-1, cache.shape[3]))
+    writer = _ACTIVE.get()
+    if writer is not None:
+        return writer.update_rows(cache, rows, new)
+    return ops.scatter_update(cache, rows, new)
 
 
 def cache_length(cache):

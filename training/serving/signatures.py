@@ -18,6 +18,7 @@ from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.layers import elementwise_attention
 from keras_transformer.models import VisionTransformer
 from keras_transformer.models.transformer_config import END_ID, PAD_ID, START_ID, UNK_ID
+from training.serving.in_place import graph_cache_writes
 from training.text.detokenize import detokenize_ids
 from training.text.tokenizers import word_ids
 
@@ -251,9 +252,9 @@ class TranslatorModule(tf.Module):
     @tf.function(input_signature=[SENTENCES], autograph=False)
     def translate(self, sentences):
         """Strings `(B,)` -> `{"translations": (B,) tf.string}` by greedy search."""
-        return {
-            "translations": self._detokenize(self._greedy(self._source_ids(sentences)))
-        }
+        with graph_cache_writes():
+            token_ids = self._greedy(self._source_ids(sentences))
+        return {"translations": self._detokenize(token_ids)}
 
     @tf.function(input_signature=[SENTENCES], autograph=False)
     def translate_xla(self, sentences):
@@ -286,7 +287,8 @@ class TranslatorModule(tf.Module):
         ids = replace_invalid_ids(
             encoder_token_ids[:, : self.max_sequence_length], self.vocabulary_size
         )
-        return {"token_ids": self._greedy(_at_least_one_column(ids))}
+        with graph_cache_writes():
+            return {"token_ids": self._greedy(_at_least_one_column(ids))}
 
     @tf.function(input_signature=[SENTENCES], autograph=False)
     def translate_beam(self, sentences):
@@ -295,7 +297,8 @@ class TranslatorModule(tf.Module):
         Beam search with `beam_size` beams and the GNMT length penalty;
         scores are log P(Y) / lp(Y) of the returned translations.
         """
-        token_ids, scores = self._beam(self._source_ids(sentences))
+        with graph_cache_writes():
+            token_ids, scores = self._beam(self._source_ids(sentences))
         return {"translations": self._detokenize(token_ids), "scores": scores}
 
     @tf.function(input_signature=[SENTENCES], autograph=False)
