@@ -1,6 +1,6 @@
 """Pieces shared by greedy and beam search: lengths, log-probabilities, writes.
 
-Everything here is a small pure function over `keras.ops`, so both searches
+Everything here is a small function over `keras.ops`, so both searches
 run unchanged on the TensorFlow and JAX backends (`tests/test_jax_backend.py`),
 eagerly, inside a `tf.function` and under XLA.
 """

@@ -9,7 +9,7 @@ transpose.
 `kv_cache.write_caches`.
 
 A TensorFlow graph copies the whole cache on every functional write (its
-scatter kernel on the CPU never reuses the input's buffer).  A caller that
+scatter kernel on the CPU reused the input's buffer in no graph tried).  A caller that
 runs a search in such a graph may offer an in-place writer
 (`writes_in_place`); the searches (`greedy_search`, `beam_search`) then copy
 their caches once into buffers of their own and write each step's position
@@ -38,10 +38,10 @@ def writes_in_place(writer):
     nor folds into a constant), and `update_rows(cache, indices, values)`,
     `cache` `(B, h, S, d)` with rows `indices` `(M,)` of its `(B * h * S,
     d)` view set to `values` `(M, d)` in its own buffer, returned.  A search
-    takes the writer when it is traced (`decoding._common.owned_cache`):
-    it copies the cache entries a step writes, then
-    traces each step inside `writing(writer)`, so nothing but its own loop
-    holds the buffers it writes.  A step run outside a search stays
+    takes the writer when it is traced (`decoding._common.owned_cache`): it
+    copies the cache entries a step writes, then traces each step inside
+    `writing(writer)`, so nothing but its own loop holds the buffers it
+    writes.  A step run outside a search stays
     functional.  Enter it only where the writer's ops run: TensorFlow's has
     no XLA kernel, and a program XLA compiles updates in place itself.
     """
@@ -76,8 +76,8 @@ def write_cache(cache, new, index):
     TensorFlow graph (`benchmarks/ablate_cache_write.py`).  Neither is in
     place there: the runtime copies the whole cache on every write, so a
     step's write grows with `S_max`, unless a search writes its own
-    buffers in place (`writes_in_place`); XLA updates in place itself.  Several
-    positions (a prompt) go through `slice_update`.
+    buffers in place (`writes_in_place`); XLA updates in place itself.
+    Several positions (a prompt) go through `slice_update`.
     """
     new = ops.cast(new, cache.dtype)
     if new.shape[1] != 1:
