@@ -131,8 +131,10 @@ def beam_search(
     encoder_output = model.encode(encoder_token_ids, training=False)  # (B, S, d)
     cache = model.init_cache(encoder_token_ids, encoder_output, buffer_length)
     static_entries = frozenset(getattr(model, "static_cache_entries", ()))
+    # Copied before tiling (a k-th of the copy): the tiles are new buffers.
+    cache, writer = owned_cache(cache, static_entries)
     # Row b * k + j of every other entry is beam j of sentence b: (B * k, ...).
-    cache, writer = owned_cache(_tile_cache(cache, k, static_entries), static_entries)
+    cache = _tile_cache(cache, k, static_entries)
     weights_scope = weights_read_once(model)
 
     def cond(state):

@@ -1,9 +1,9 @@
 """TensorFlow's in-place writer of a search's key/value caches.
 
 A decoding step writes one position into each self-attention cache.  In a
-TensorFlow graph the functional write (`TensorScatterUpdate`) copies the
-whole cache first, on the CPU every time: at batch 32 those copies cost
-about a sixth of a greedy call's kernel time.  A search traced inside
+TensorFlow graph the functional write (`TensorScatterUpdate`) copied the
+whole cache first on the CPU, in every graph tried, so each step's writes
+grow with the cache (figures: docs/results.md).  A search traced inside
 `graph_cache_writes()` copies its caches once (`DeepCopy`) and writes each
 step's rows into those buffers (`InplaceUpdate`); see
 `keras_transformer.layers.kv_cache.writes_in_place` for why that is safe.
